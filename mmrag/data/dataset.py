@@ -1,0 +1,202 @@
+"""The internal dataset format: a knowledge base and question splits as Parquet, read and written here.
+
+Every data source ends up in this format (the synthetic generator writes it; converters for
+public KB-VQA sets would too), and every later stage (index build, training, evaluation,
+serving tests) reads it only through `load_kb` and `load_questions`:
+
+    kb.parquet               doc_id, title, text, image (PNG/JPEG bytes, or a path relative
+                             to the data dir; null for text-only docs), entity_id
+    questions_{split}.parquet  id, image, question, answers list<string>, entity_id, gold_doc_ids list<string>
+
+Readers validate as they go and name the file, row and column of anything they cannot use.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+SCHEMA_VERSION = 1
+SPLITS = ("train", "val", "test")
+KB_FILE = "kb.parquet"
+
+KB_SCHEMA = pa.schema([
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("title", pa.string()),
+    pa.field("text", pa.string(), nullable=False),
+    pa.field("image", pa.binary()),
+    pa.field("entity_id", pa.string()),
+])
+QUESTION_SCHEMA = pa.schema([
+    pa.field("id", pa.string(), nullable=False),
+    pa.field("image", pa.binary(), nullable=False),
+    pa.field("question", pa.string(), nullable=False),
+    pa.field("answers", pa.list_(pa.string()), nullable=False),
+    pa.field("entity_id", pa.string()),
+    pa.field("gold_doc_ids", pa.list_(pa.string())),
+])
+KB_REQUIRED = ("doc_id", "text")
+QUESTION_REQUIRED = ("id", "image", "question", "answers")
+
+
+class DatasetError(ValueError):
+    """A dataset file that does not follow the internal format; the message names file, row and column."""
+
+
+@dataclass
+class Doc:
+    """One knowledge-base entry: a text passage, optionally with an image."""
+
+    doc_id: str
+    title: str
+    text: str
+    image: Image.Image | None = None
+    entity_id: str = ""
+
+
+@dataclass
+class Question:
+    """An image plus a question whose answer is in the knowledge base, not in the image."""
+
+    id: str
+    image: Image.Image
+    question: str
+    answers: list[str]
+    entity_id: str = ""
+    gold_doc_ids: list[str] = field(default_factory=list)
+
+
+def questions_file(split: str) -> str:
+    if split not in SPLITS:
+        raise DatasetError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    return f"questions_{split}.parquet"
+
+
+def encode_image(image: Image.Image) -> bytes:
+    """PNG bytes (lossless and deterministic, so the same data writes the same file)."""
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def decode_image(data: bytes) -> Image.Image:
+    """An RGB image from encoded bytes (any format PIL reads); ValueError if they are not an image."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.convert("RGB")
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ValueError(f"not a decodable image ({len(data)} bytes: {exc})") from None
+
+
+def write_kb(docs: list[Doc], data_dir: str | Path) -> Path:
+    path = Path(data_dir) / KB_FILE
+    columns = {
+        "doc_id": [d.doc_id for d in docs],
+        "title": [d.title for d in docs],
+        "text": [d.text for d in docs],
+        "image": [None if d.image is None else encode_image(d.image) for d in docs],
+        "entity_id": [d.entity_id for d in docs],
+    }
+    pq.write_table(pa.table(columns, schema=KB_SCHEMA), path)
+    return path
+
+
+def write_questions(questions: list[Question], data_dir: str | Path, split: str) -> Path:
+    path = Path(data_dir) / questions_file(split)
+    columns = {
+        "id": [q.id for q in questions],
+        "image": [encode_image(q.image) for q in questions],
+        "question": [q.question for q in questions],
+        "answers": [list(q.answers) for q in questions],
+        "entity_id": [q.entity_id for q in questions],
+        "gold_doc_ids": [list(q.gold_doc_ids) for q in questions],
+    }
+    pq.write_table(pa.table(columns, schema=QUESTION_SCHEMA), path)
+    return path
+
+
+def load_kb(data_dir: str | Path) -> list[Doc]:
+    """Every KB document, images decoded; doc ids must be unique."""
+    path = Path(data_dir) / KB_FILE
+    rows = _read_rows(path, KB_REQUIRED)
+    images = _image_reader(path, rows.schema)
+    docs, first_row = [], {}
+    for index, row in enumerate(rows.records):
+        doc_id = row["doc_id"]
+        if doc_id in first_row:
+            raise DatasetError(f"{path}: row {index} column 'doc_id': {doc_id!r} already used by row {first_row[doc_id]}")
+        first_row[doc_id] = index
+        image = None if row.get("image") is None else images(row["image"], index)
+        docs.append(Doc(row["doc_id"], row.get("title") or "", row["text"], image, row.get("entity_id") or ""))
+    return docs
+
+
+def load_questions(data_dir: str | Path, split: str) -> list[Question]:
+    """The questions of one split (train, val or test), images decoded."""
+    path = Path(data_dir) / questions_file(split)
+    rows = _read_rows(path, QUESTION_REQUIRED)
+    images = _image_reader(path, rows.schema)
+    questions = []
+    for index, row in enumerate(rows.records):
+        answers = row["answers"]
+        if not isinstance(answers, list) or not answers or any(not isinstance(a, str) for a in answers):
+            raise DatasetError(
+                f"{path}: row {index} column 'answers': expected a non-empty list of strings, got {answers!r}"
+            )
+        questions.append(Question(
+            id=row["id"],
+            image=images(row["image"], index),
+            question=row["question"],
+            answers=answers,
+            entity_id=row.get("entity_id") or "",
+            gold_doc_ids=list(row.get("gold_doc_ids") or []),
+        ))
+    return questions
+
+
+@dataclass
+class _Rows:
+    schema: pa.Schema
+    records: list[dict[str, Any]]
+
+
+def _read_rows(path: Path, required: tuple[str, ...]) -> _Rows:
+    if not path.is_file():
+        expected = ", ".join([KB_FILE] + [questions_file(split) for split in SPLITS])
+        raise DatasetError(f"{path}: file not found (a dataset dir holds {expected})")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file ({exc})") from None
+    missing = [name for name in required if name not in table.column_names]
+    if missing:
+        raise DatasetError(f"{path}: missing column {missing[0]!r} "
+                           f"(required: {', '.join(required)}; found: {', '.join(table.column_names)})")
+    records = table.to_pylist()
+    for index, record in enumerate(records):
+        for name in required:
+            if record[name] is None:
+                raise DatasetError(f"{path}: row {index} column {name!r}: null, but this column is required")
+    return _Rows(table.schema, records)
+
+
+def _image_reader(path: Path, schema: pa.Schema) -> Callable[[Any, int], Image.Image]:
+    """Decoder for the file's `image` column: encoded bytes, or paths relative to the data dir."""
+    image_type = schema.field("image").type if "image" in schema.names else pa.binary()
+    is_path = pa.types.is_string(image_type) or pa.types.is_large_string(image_type)
+
+    def read(value: Any, row: int) -> Image.Image:
+        try:
+            data = (path.parent / value).read_bytes() if is_path else value
+            return decode_image(data)
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"{path}: row {row} column 'image': {exc}") from None
+
+    return read

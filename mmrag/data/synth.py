@@ -1,0 +1,126 @@
+"""The synthetic KB-VQA world: entities -> knowledge-base docs and questions -> Parquet dataset.
+
+Last stage of the synthetic data flow (world.py draws entities, render.py their images).
+Each entity gets an image+caption doc, one passage per relation, and one distractor passage
+without any fact; each (entity, relation) gets two questions with augmented images whose
+only gold evidence is that relation's passage. The answer is never in the question or the
+image, so the generator is right only when retrieval brings the right passage, and near-
+duplicate families (same look but the texture) make that hard.
+Everything derives from one `random.Random(seed)`: the same seed gives the same dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from mmrag.data.dataset import SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
+from mmrag.data.render import render_entity
+from mmrag.data.world import RELATIONS, Entity, Relation, assign_splits, draw_entities
+
+__all__ = ["RELATIONS", "Relation", "World", "make_world", "generate_dataset"]
+
+QUESTIONS_PER_RELATION = 2
+DISTRACTOR_TEMPLATES = (
+    "{name}, the {description}, is often visited in spring.",
+    "{name}, the {description}, appears on many postcards.",
+    "{name}, the {description}, is a favourite subject of painters.",
+    "{name}, the {description}, is lit up at night during festivals.",
+)
+
+
+@dataclass
+class World:
+    """The whole synthetic world in memory."""
+
+    entities: list[Entity]
+    docs: list[Doc]
+    questions: dict[str, list[Question]]
+    """Split name -> its questions."""
+    split_of: dict[str, str]
+    """entity_id -> split name."""
+
+
+def make_world(num_entities: int, seed: int, image_size: int = 64, progress: bool = False) -> World:
+    """Entities, KB docs and per-split questions, rendered at `image_size` pixels."""
+    if image_size < 16:
+        raise ValueError(f"image_size: expected at least 16 pixels, got {image_size}")
+    rng = random.Random(seed)
+    entities = draw_entities(num_entities, rng)
+    split_of = assign_splits(entities, rng)
+    docs: list[Doc] = []
+    questions: dict[str, list[Question]] = {split: [] for split in SPLITS}
+    for entity in tqdm(entities, desc="rendering entities", unit="entity", disable=not progress):
+        passage_ids = _add_entity_docs(entity, image_size, rng, docs)
+        questions[split_of[entity.entity_id]].extend(_entity_questions(entity, passage_ids, image_size, rng))
+    return World(entities, docs, questions, split_of)
+
+
+def _add_entity_docs(entity: Entity, image_size: int, rng: random.Random, docs: list[Doc]) -> dict[str, str]:
+    """Append the entity's docs (caption, one passage per relation, distractor); returns relation -> doc_id."""
+
+    def add(text: str, image=None) -> str:
+        doc_id = f"d{len(docs):06d}"
+        docs.append(Doc(doc_id, entity.name, text, image, entity.entity_id))
+        return doc_id
+
+    fields = {"name": entity.name, "description": entity.description}
+    add(f"{entity.name}: a {entity.description}.", render_entity(entity, image_size))
+    passage_ids = {
+        relation.name: add(relation.passage_template.format(value=entity.facts[relation.name], **fields))
+        for relation in RELATIONS.values()
+    }
+    add(rng.choice(DISTRACTOR_TEMPLATES).format(**fields))
+    return passage_ids
+
+
+def _entity_questions(
+    entity: Entity, passage_ids: dict[str, str], image_size: int, rng: random.Random
+) -> list[Question]:
+    questions = []
+    for relation in RELATIONS.values():
+        templates = rng.sample(relation.question_templates, QUESTIONS_PER_RELATION)
+        for index, template in enumerate(templates):
+            view_rng = np.random.default_rng(rng.getrandbits(64))
+            questions.append(Question(
+                id=f"{entity.entity_id}-{relation.name}-{index}",
+                image=render_entity(entity, image_size, view_rng),
+                question=template,
+                answers=[entity.facts[relation.name]],
+                entity_id=entity.entity_id,
+                gold_doc_ids=[passage_ids[relation.name]],
+            ))
+    return questions
+
+
+def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_size: int = 64) -> dict[str, int]:
+    """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json; returns the counts."""
+    world = make_world(num_entities, seed, image_size, progress=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_kb(world.docs, out)
+    for split in SPLITS:
+        write_questions(world.questions[split], out, split)
+    counts = dataset_counts(world)
+    manifest = {"schema_version": SCHEMA_VERSION, "generator": "mmrag.data.synth", "seed": seed,
+                "image_size": image_size, "counts": counts}
+    (out / "dataset.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return counts
+
+
+def dataset_counts(world: World) -> dict[str, int]:
+    counts = {
+        "entities": len(world.entities),
+        "families": len({entity.family for entity in world.entities}),
+        "kb_docs": len(world.docs),
+        "kb_docs_with_image": sum(doc.image is not None for doc in world.docs),
+    }
+    for split in SPLITS:
+        counts[f"entities_{split}"] = sum(s == split for s in world.split_of.values())
+        counts[f"questions_{split}"] = len(world.questions[split])
+    return counts

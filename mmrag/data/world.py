@@ -1,0 +1,205 @@
+"""The synthetic world's entities, their facts, and the split of entities into train/val/test.
+
+First stage of the synthetic data flow: world.py draws entities and facts, render.py draws
+their images, synth.py turns both into knowledge-base documents and questions. `RELATIONS`
+is also what the extractive reader uses to recognise a question and find its answer.
+
+Entities come in families that share shape, colour and background and differ only in
+texture (and in name and facts), so that retrieval has to get fine visual detail right.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+SHAPES = ("circle", "square", "triangle", "star", "hexagon", "diamond", "cross", "heart")
+COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")
+TEXTURES = ("plain", "striped", "dotted", "checkered")
+BACKGROUNDS = ("grey", "navy", "olive", "pink", "teal", "brown")
+SPLITS = ("train", "val", "test")
+SPLIT_FRACTIONS = {"train": 0.6, "val": 0.2, "test": 0.2}
+
+_ONSETS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+_CODAS = ("", "", "n", "r", "l", "s")
+
+
+class WordMint:
+    """Issues capitalised pseudo-words, each at most once, so names, cities and architects never collide.
+
+    Words that occur inside any question template are refused, so an answer can never be
+    read off the question text.
+    """
+
+    def __init__(self, rng: random.Random, forbidden_text: str) -> None:
+        self._rng = rng
+        self._forbidden_text = forbidden_text.lower()
+        self._issued: set[str] = set()
+
+    def word(self, min_syllables: int = 2, max_syllables: int = 3) -> str:
+        while True:
+            count = self._rng.randint(min_syllables, max_syllables)
+            text = "".join(self._syllable() for _ in range(count))
+            if text not in self._issued and text not in self._forbidden_text:
+                self._issued.add(text)
+                return text.capitalize()
+
+    def _syllable(self) -> str:
+        return self._rng.choice(_ONSETS) + self._rng.choice(_VOWELS) + self._rng.choice(_CODAS)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One kind of fact: how it is asked, how the knowledge base states it, and how to read it back."""
+
+    name: str
+    question_templates: tuple[str, ...]
+    passage_template: str
+    """Fields: {name}, {description}, {value}."""
+    answer_pattern: str
+    """Regex whose first group captures the value from a passage of this relation."""
+    keywords: tuple[str, ...]
+    """Lower-case question words that identify this relation."""
+    draw_value: Callable[[random.Random, WordMint], str]
+
+
+RELATIONS: dict[str, Relation] = {
+    relation.name: relation
+    for relation in (
+        Relation(
+            name="year",
+            question_templates=("When was this built?", "In what year was this built?"),
+            passage_template="{name}, the {description}, was built in {value}.",
+            answer_pattern=r"was built in (\d{3,4})\b",
+            keywords=("when", "year", "built"),
+            draw_value=lambda rng, mint: str(rng.randint(1100, 1999)),
+        ),
+        Relation(
+            name="city",
+            question_templates=("Where is this located?", "In which city is this?"),
+            passage_template="{name}, the {description}, is located in {value}.",
+            answer_pattern=r"is located in ([A-Z][a-z]+)\b",
+            keywords=("where", "city", "located"),
+            draw_value=lambda rng, mint: mint.word(2, 3),
+        ),
+        Relation(
+            name="architect",
+            question_templates=("Who designed this?", "Who was the architect of this?"),
+            passage_template="{name}, the {description}, was designed by {value}.",
+            answer_pattern=r"was designed by ([A-Z][a-z]+ [A-Z][a-z]+)\b",
+            keywords=("who", "architect", "designed"),
+            draw_value=lambda rng, mint: f"{mint.word(1, 2)} {mint.word(2, 3)}",
+        ),
+        Relation(
+            name="height",
+            question_templates=("How tall is this?", "What is the height of this?"),
+            passage_template="{name}, the {description}, stands {value} metres tall.",
+            answer_pattern=r"stands (\d+) metres tall\b",
+            keywords=("tall", "height", "high"),
+            draw_value=lambda rng, mint: str(rng.randint(10, 400)),
+        ),
+    )
+}
+
+
+@dataclass
+class Entity:
+    """A landmark-like thing with a distinctive look and one fact per relation."""
+
+    entity_id: str
+    name: str
+    shape: str
+    colour: str
+    texture: str
+    background: str
+    facts: dict[str, str] = field(default_factory=dict)
+    family: int = 0
+    """Index of its near-duplicate family (same shape, colour, background)."""
+
+    @property
+    def description(self) -> str:
+        return f"{self.colour} {self.texture} {self.shape} on {self.background}"
+
+
+def max_entities() -> int:
+    """Most entities the vocabularies allow: families of at most 3 over every (shape, colour, background)."""
+    return len(SHAPES) * len(COLOURS) * len(BACKGROUNDS) * 3
+
+
+def family_sizes(num_entities: int, rng: random.Random) -> list[int]:
+    """Family sizes of 2 or 3 summing to `num_entities`; singletons only where needed for three splits."""
+    available = len(SHAPES) * len(COLOURS) * len(BACKGROUNDS)
+    sizes: list[int] = []
+    remaining = num_entities
+    while remaining > 0:
+        families_left = available - len(sizes) - 1
+        if remaining <= 3:
+            size = remaining
+        elif remaining == 4:
+            size = 2  # 2 + 2 rather than 3 + a singleton
+        elif remaining - 2 > 3 * families_left:
+            size = 3  # too few looks left for the rest otherwise
+        else:
+            size = rng.choice((2, 3))
+        sizes.append(size)
+        remaining -= size
+    while len(sizes) < min(len(SPLITS), num_entities):
+        largest = sizes.index(max(sizes))
+        sizes[largest] -= 1
+        sizes.append(1)
+    return sizes
+
+
+def draw_entities(num_entities: int, rng: random.Random) -> list[Entity]:
+    """Entities e0000.. in families; every (shape, colour, texture, background) is used at most once."""
+    if not 1 <= num_entities <= max_entities():
+        raise ValueError(f"num_entities: expected 1..{max_entities()}, got {num_entities}")
+    looks = [(s, c, b) for s in SHAPES for c in COLOURS for b in BACKGROUNDS]
+    rng.shuffle(looks)
+    templates = " ".join(t for r in RELATIONS.values() for t in r.question_templates)
+    mint = WordMint(rng, forbidden_text=templates)
+    entities: list[Entity] = []
+    for family, size in enumerate(family_sizes(num_entities, rng)):
+        shape, colour, background = looks[family]
+        textures = rng.sample(TEXTURES, size)
+        family_facts = _distinct_facts(size, rng, mint)
+        for texture, facts in zip(textures, family_facts):
+            name = f"{mint.word(1, 2)} {mint.word(2, 3)}"
+            entities.append(Entity(f"e{len(entities):04d}", name, shape, colour, texture, background, facts, family))
+    return entities
+
+
+def _distinct_facts(size: int, rng: random.Random, mint: WordMint) -> list[dict[str, str]]:
+    """Facts for one family, all different between members, so a near-duplicate's passage gives a wrong answer."""
+    per_member: list[dict[str, str]] = [{} for _ in range(size)]
+    for relation in RELATIONS.values():
+        values: list[str] = []
+        while len(values) < size:
+            value = relation.draw_value(rng, mint)
+            if value not in values:
+                values.append(value)
+        for facts, value in zip(per_member, values):
+            facts[relation.name] = value
+    return per_member
+
+
+def assign_splits(entities: list[Entity], rng: random.Random) -> dict[str, str]:
+    """entity_id -> split, whole families at a time, near 60/20/20 of entities, no split empty when possible."""
+    families: dict[int, list[Entity]] = {}
+    for entity in entities:
+        families.setdefault(entity.family, []).append(entity)
+    order = list(families.values())
+    rng.shuffle(order)
+    targets = {split: SPLIT_FRACTIONS[split] * len(entities) for split in SPLITS}
+    counts = dict.fromkeys(SPLITS, 0)
+    split_of: dict[str, str] = {}
+    for index, members in enumerate(order):
+        if index < len(SPLITS):
+            split = ("val", "test", "train")[index]
+        else:
+            split = max(SPLITS, key=lambda s: targets[s] - counts[s])
+        counts[split] += len(members)
+        split_of.update((entity.entity_id, split) for entity in members)
+    return split_of

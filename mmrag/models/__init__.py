@@ -1,0 +1,1 @@
+"""Models: encoders, the LVLM wrappers, the reranker head, the reader and reward scorers."""

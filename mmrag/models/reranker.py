@@ -1,0 +1,271 @@
+"""Adaptive reranker: scores retrieved candidates plus a learned STOP item, and picks evidence.
+
+Sits between retrieval and the generator. For each (question image, question, translated
+query) and its K retrieved candidates it computes Plackett-Luce logits [K + 1] (STOP last):
+
+    candidate j:  retrieval_score_j / score_temperature + head(features)_j
+    STOP:         anchor(candidate logits) + stop_scorer(query features)
+
+over features from an open_clip backbone (`ClipEncoder`): the question image, the question
+and query texts, and each document (its text vector, fused with its image vector by
+normalised mean when it has one, as the index does). The head's and the STOP scorer's
+output layers start at zero, so an untrained reranker ranks like the retriever.
+
+STOP anchor (our choice): the midpoint between the 2nd- and 3rd-highest valid candidate
+logits, so greedy decoding of an untrained reranker keeps exactly the top 2 candidates (all
+of them when fewer are valid) and sampling keeps about 2 on average. The anchor is not
+detached: training moves STOP relative to the candidates through the STOP scorer, and
+`logprob` is the exact gradient of the policy that `sample` draws from. Rows with fewer
+than 3 valid candidates extend their sorted logits one unit lower per missing rank.
+
+Rollouts call `featurize` then `sample` (training) or `greedy` (inference); the learner
+calls `logprob` on the sampled selections. With `backbone: frozen` all CLIP features are
+computed once in `featurize` (no grad) and cached in the `RerankBatch`; with `backbone: lora`
+the batch keeps the text tokens and `logits` re-encodes them through the LoRA-tuned text
+tower with gradients (image features stay cached: only the text tower is adapted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+from mmrag.config import RerankerConfig
+from mmrag.models.reranker_head import StopScorer, build_scoring_head
+from mmrag.rl.plackett_luce import Selection, greedy_selection, sample_selections, selection_logprobs
+
+KEPT_AT_START = 2
+"""Candidates an untrained reranker keeps when decoding greedily (see the STOP anchor)."""
+
+TEXT_TOWER_MLP = r"(text\.)?transformer\.resblocks\.\d+\.mlp\.(c_fc|c_proj)"
+"""PEFT target: the MLP linears of the open_clip text tower (`visual.*` never matches)."""
+
+
+@dataclass
+class Candidate:
+    """One retrieved document as the reranker sees it."""
+
+    text: str
+    """The document text the retriever embedded."""
+    retrieval_score: float
+    """The retriever's inner-product score for this query."""
+    image: Image.Image | None = None
+    """The document's image, if it has one."""
+
+    @classmethod
+    def from_hit(cls, hit) -> Candidate:
+        """From a retrieval `mmrag.retrieval.merge.Hit` (its image bytes decoded)."""
+        from mmrag.data.dataset import decode_image
+
+        return cls(hit.text, hit.score, None if hit.image is None else decode_image(hit.image))
+
+
+@dataclass
+class RerankBatch:
+    """Featurized queries and candidates; K is the longest candidate list, shorter ones padded."""
+
+    retrieval_scores: torch.Tensor
+    """[B, K] float; 0 at padding."""
+    mask: torch.Tensor
+    """[B, K] bool; True where a candidate is real, False at padding."""
+    image_features: torch.Tensor
+    """[B, 1 + K, D]: question image, then each document's image (zeros where it has none)."""
+    text_features: torch.Tensor | None
+    """[B, 2 + K, D]: question, query, documents (zeros at padding); set with a frozen backbone."""
+    text_tokens: torch.Tensor | None
+    """[T, L] tokens of the real texts in row-major order of `text_mask`; set with a LoRA backbone."""
+
+    @property
+    def text_mask(self) -> torch.Tensor:
+        """[B, 2 + K] bool: which of question, query, documents are real texts."""
+        always = torch.ones_like(self.mask[:, :2])
+        return torch.cat([always, self.mask], dim=1)
+
+    def __len__(self) -> int:
+        return self.mask.shape[0]
+
+    def to(self, device: torch.device | str) -> RerankBatch:
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return RerankBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
+
+
+def _scatter_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Place `values` [n, D] at the True entries of `mask` [B, S] -> [B, S, D], zeros elsewhere."""
+    out = values.new_zeros(*mask.shape, values.shape[-1])
+    return out.masked_scatter(mask.unsqueeze(-1), values)
+
+
+def stop_anchor(candidate_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, K] logits (masked entries ignored) -> [B]: midpoint of the 2nd- and 3rd-highest valid logits."""
+    needed = KEPT_AT_START + 1
+    width = max(candidate_logits.shape[1], needed)
+    logits = F.pad(candidate_logits.masked_fill(~mask, float("-inf")), (0, width - candidate_logits.shape[1]),
+                   value=float("-inf"))
+    ranked = logits.sort(dim=1, descending=True).values[:, :needed]
+    num_valid = mask.sum(dim=1, keepdim=True)
+    lowest = ranked.gather(1, (num_valid - 1).clamp(min=0).clamp(max=needed - 1))
+    # Rows with fewer valid candidates get ranks one logit unit apart below their lowest one.
+    ranks = torch.arange(needed, device=logits.device).unsqueeze(0)
+    lowest = torch.where(num_valid > 0, lowest, torch.zeros_like(lowest))
+    extended = torch.where(ranks < num_valid, ranked, lowest - (ranks - num_valid + 1))
+    return (extended[:, KEPT_AT_START - 1] + extended[:, KEPT_AT_START]) / 2
+
+
+class AdaptiveReranker(nn.Module):
+    """CLIP features + trainable head + STOP scorer -> Plackett-Luce policy over candidates."""
+
+    def __init__(self, encoder, cfg: RerankerConfig):
+        super().__init__()
+        if cfg.max_docs < 0:
+            raise ValueError(f"reranker.max_docs: expected an int >= 0, got {cfg.max_docs}")
+        if not cfg.score_temperature > 0:
+            raise ValueError(f"reranker.score_temperature: expected > 0, got {cfg.score_temperature}")
+        self.encoder = encoder
+        self.backbone = encoder.model
+        self.backbone.requires_grad_(False)
+        self.tunes_text_tower = cfg.backbone == "lora"
+        if self.tunes_text_tower:
+            _add_text_tower_lora(self.backbone, cfg)
+        self.max_docs = cfg.max_docs
+        self.score_temperature = cfg.score_temperature
+        self.head = build_scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
+        self.stop_scorer = StopScorer(encoder.dim)
+        self.to(encoder.device)
+
+    @classmethod
+    def from_config(cls, cfg: RerankerConfig, cache_dir: str, device: str = "cpu") -> AdaptiveReranker:
+        """Load the backbone named by `reranker.backbone_name` / `backbone_pretrained` and build the policy."""
+        from mmrag.models.clip_encoder import ClipEncoder
+
+        return cls(ClipEncoder(cfg.backbone_name, cfg.backbone_pretrained, cache_dir, device), cfg)
+
+    @property
+    def device(self) -> torch.device:
+        return self.encoder.device
+
+    def featurize(self, images: Sequence[Image.Image], questions: Sequence[str], queries: Sequence[str],
+                  candidates: Sequence[Sequence[Candidate]]) -> RerankBatch:
+        """One row per (question image, question, query, candidate list); no gradients."""
+        _check_same_length(images=images, questions=questions, queries=queries, candidates=candidates)
+        num_slots = max((len(row) for row in candidates), default=0)
+        mask = torch.tensor([[j < len(row) for j in range(num_slots)] for row in candidates],
+                            dtype=torch.bool).reshape(len(candidates), num_slots)
+        scores = torch.tensor([[float(c.retrieval_score) for c in row] + [0.0] * (num_slots - len(row))
+                               for row in candidates], dtype=torch.float32).reshape(mask.shape)
+        batch = RerankBatch(scores, mask, self._image_features(images, candidates, num_slots), None, None)
+        texts = [text for question, query, row in zip(questions, queries, candidates)
+                 for text in [question, query, *(c.text for c in row)]]
+        if self.tunes_text_tower:
+            batch.text_tokens = self.encoder.tokenizer(texts)
+        else:
+            encoded = torch.from_numpy(self.encoder.encode_texts(texts))
+            batch.text_features = _scatter_rows(encoded, batch.text_mask)
+        return batch.to(self.device)
+
+    def _image_features(self, images: Sequence[Image.Image], candidates: Sequence[Sequence[Candidate]],
+                        num_slots: int) -> torch.Tensor:
+        """[B, 1 + K, D]: question image, then document images (zeros where none)."""
+        has_image = torch.tensor([[True] + [j < len(row) and row[j].image is not None for j in range(num_slots)]
+                                  for row in candidates], dtype=torch.bool).reshape(len(candidates), 1 + num_slots)
+        pictures = [picture for image, row in zip(images, candidates)
+                    for picture in [image, *(c.image for c in row if c.image is not None)]]
+        return _scatter_rows(torch.from_numpy(self.encoder.encode_images(pictures)), has_image)
+
+    def _text_features(self, batch: RerankBatch) -> torch.Tensor:
+        """[B, 2 + K, D]: cached with a frozen backbone, re-encoded with gradients with LoRA."""
+        if not self.tunes_text_tower:
+            if batch.text_features is None:
+                raise ValueError("RerankBatch.text_features is missing: this batch was featurized by a "
+                                 "LoRA-backbone reranker; featurize it with this (frozen-backbone) one")
+            return batch.text_features
+        if batch.text_tokens is None:
+            raise ValueError("RerankBatch.text_tokens is missing: this batch was featurized by a "
+                             "frozen-backbone reranker; featurize it with this (LoRA-backbone) one")
+        encoded = self.backbone.encode_text(batch.text_tokens, normalize=True)
+        return _scatter_rows(encoded, batch.text_mask)
+
+    def logits(self, batch: RerankBatch) -> torch.Tensor:
+        """[B, K + 1] Plackett-Luce logits, STOP last, -inf at padded candidates."""
+        texts = self._text_features(batch)
+        query = torch.stack([batch.image_features[:, 0], texts[:, 0], texts[:, 1]], dim=1)
+        docs = F.normalize(texts[:, 2:] + batch.image_features[:, 1:], dim=-1)
+        candidate = batch.retrieval_scores / self.score_temperature + self.head(query, docs)
+        stop = stop_anchor(candidate, batch.mask) + self.stop_scorer(query)
+        candidate = candidate.masked_fill(~batch.mask, float("-inf"))
+        return torch.cat([candidate, stop.unsqueeze(1)], dim=1)
+
+    @torch.no_grad()
+    def sample(self, batch: RerankBatch, m: int, temperature: float = 1.0,
+               generator: torch.Generator | None = None) -> tuple[list[list[Selection]], list[list[float]]]:
+        """m Plackett-Luce selections per row at `temperature`, and their log-probs under that policy."""
+        logits = self.logits(batch)
+        selections = [sample_selections(row_logits, m, self.max_docs, temperature, generator, row_mask)
+                      for row_logits, row_mask in zip(logits, batch.mask)]
+        rows = [row for row, drawn in enumerate(selections) for _ in drawn]
+        flat = [selection for drawn in selections for selection in drawn]
+        flat_logprobs = self._logprobs(logits, batch.mask, flat, rows, temperature).tolist()
+        logprobs = [flat_logprobs[row * m:(row + 1) * m] for row in range(len(selections))]
+        return selections, logprobs
+
+    def logprob(self, batch: RerankBatch, selections: Sequence[Selection], rows: Sequence[int],
+                temperature: float = 1.0) -> torch.Tensor:
+        """Differentiable log-prob [N] of selections[i], drawn for batch row rows[i], at `temperature`."""
+        if len(selections) != len(rows):
+            raise ValueError(f"logprob: {len(selections)} selections but {len(rows)} rows (one row index each)")
+        bad = [row for row in rows if not 0 <= row < len(batch)]
+        if bad:
+            raise ValueError(f"logprob: row index {bad[0]} out of range for a batch of {len(batch)} rows")
+        return self._logprobs(self.logits(batch), batch.mask, selections, rows, temperature)
+
+    def _logprobs(self, logits: torch.Tensor, mask: torch.Tensor, selections: Sequence[Selection],
+                  rows: Sequence[int], temperature: float) -> torch.Tensor:
+        index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
+        return selection_logprobs(logits[index] / temperature, selections, self.max_docs, mask[index])
+
+    @torch.no_grad()
+    def greedy(self, batch: RerankBatch) -> list[Selection]:
+        """Per row: candidates by descending logit, kept while they beat STOP, at most max_docs."""
+        logits = self.logits(batch)
+        return [greedy_selection(row_logits, self.max_docs, row_mask)
+                for row_logits, row_mask in zip(logits, batch.mask)]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """CPU copies of the trained parameters only (head, STOP scorer, LoRA adapters): for weight sync."""
+        return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy in a `trainable_state_dict()` from a policy with the same config."""
+        params = {name: p for name, p in self.named_parameters() if p.requires_grad}
+        missing, unexpected = sorted(params.keys() - state.keys()), sorted(state.keys() - params.keys())
+        if missing or unexpected:
+            raise ValueError(f"reranker weights: missing keys {missing[:3]}, unexpected keys {unexpected[:3]} "
+                             "(expected the trainable_state_dict of a reranker with the same config)")
+        with torch.no_grad():
+            for name, param in params.items():
+                if state[name].shape != param.shape:
+                    raise ValueError(f"reranker weights: {name} has shape {tuple(state[name].shape)}, "
+                                     f"expected {tuple(param.shape)}")
+                param.copy_(state[name])
+
+
+def _add_text_tower_lora(backbone: nn.Module, cfg: RerankerConfig) -> None:
+    """Inject PEFT LoRA adapters into the text tower's MLP; only they become trainable."""
+    import peft
+
+    lora = peft.LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=TEXT_TOWER_MLP)
+    try:
+        peft.inject_adapter_in_model(lora, backbone)
+    except ValueError as exc:
+        raise ValueError(f"reranker.backbone: lora found no text-tower MLP layers matching {TEXT_TOWER_MLP!r} "
+                         f"in {cfg.backbone_name} ({exc})") from None
+
+
+def _check_same_length(**columns: Sequence) -> None:
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"featurize: expected one entry per row in each input, got lengths {lengths}")

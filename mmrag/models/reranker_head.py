@@ -1,0 +1,100 @@
+"""Trainable parts of the adaptive reranker: the candidate scoring heads and the STOP scorer.
+
+Sits between the CLIP features (`mmrag.models.reranker.AdaptiveReranker.featurize`) and the
+Plackett-Luce policy: a head maps query features [B, 3, D] (question image, question text,
+translated query) and document features [B, K, D] to a correction [B, K] that is added to the
+retrieval logits; `StopScorer` maps the query features to the STOP item's learned offset.
+Every output layer starts at zero, so an untrained reranker ranks exactly like the retriever.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+QUERY_TOKENS = 3
+"""Query-side feature vectors per row: question image, question text, translated query."""
+
+
+def zero_init_linear(in_features: int, out_features: int) -> nn.Linear:
+    """A linear layer whose output is exactly zero until it is trained."""
+    layer = nn.Linear(in_features, out_features)
+    nn.init.zeros_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MlpScoringHead(nn.Module):
+    """MLP over [q_img, q_question, q_query, d, q_img*d, q_question*d, q_query*d] per candidate."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int):
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear((2 * QUERY_TOKENS + 1) * feature_dim, hidden_dim),
+            nn.GELU(),
+            nn.Linear(hidden_dim, hidden_dim),
+            nn.GELU(),
+            zero_init_linear(hidden_dim, 1),
+        )
+
+    def forward(self, query: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
+        """query [B, 3, D], docs [B, K, D] -> score correction [B, K]."""
+        num_docs = docs.shape[1]
+        query_per_doc = query.unsqueeze(1).expand(-1, num_docs, -1, -1)  # [B, K, 3, D]
+        products = query_per_doc * docs.unsqueeze(2)  # [B, K, 3, D]
+        inputs = torch.cat([query_per_doc.flatten(2), docs, products.flatten(2)], dim=-1)
+        return self.mlp(inputs).squeeze(-1)
+
+
+class CrossAttentionScoringHead(nn.Module):
+    """Each document attends over the three query tokens; an MLP scores [doc, attended, doc*attended]."""
+
+    def __init__(self, feature_dim: int, hidden_dim: int, num_heads: int = 4):
+        super().__init__()
+        if hidden_dim % num_heads:
+            raise ValueError(f"reranker.hidden_dim: the cross_attention head needs a multiple of {num_heads}, "
+                             f"got {hidden_dim}")
+        self.query_proj = nn.Linear(feature_dim, hidden_dim)
+        self.doc_proj = nn.Linear(feature_dim, hidden_dim)
+        # The three query tokens live in one CLIP space; a learned type embedding lets the
+        # attention tell the question image from the question and the translated query.
+        self.query_type = nn.Parameter(torch.randn(QUERY_TOKENS, hidden_dim) * 0.02)
+        self.attention = nn.MultiheadAttention(hidden_dim, num_heads, batch_first=True)
+        self.mlp = nn.Sequential(
+            nn.Linear(3 * hidden_dim, hidden_dim),
+            nn.GELU(),
+            zero_init_linear(hidden_dim, 1),
+        )
+
+    def forward(self, query: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
+        """query [B, 3, D], docs [B, K, D] -> score correction [B, K]."""
+        query_tokens = self.query_proj(query) + self.query_type
+        doc_tokens = self.doc_proj(docs)
+        attended, _ = self.attention(doc_tokens, query_tokens, query_tokens, need_weights=False)
+        inputs = torch.cat([doc_tokens, attended, doc_tokens * attended], dim=-1)
+        return self.mlp(inputs).squeeze(-1)
+
+
+class StopScorer(nn.Module):
+    """Learned STOP offset: a linear function of the query features plus a bias, both zero at start.
+
+    The reranker adds this offset to a data-dependent anchor taken from the candidate logits
+    (see `AdaptiveReranker.stop_logit`), so training moves STOP relative to the candidates.
+    """
+
+    def __init__(self, feature_dim: int):
+        super().__init__()
+        self.linear = zero_init_linear(QUERY_TOKENS * feature_dim, 1)
+
+    def forward(self, query: torch.Tensor) -> torch.Tensor:
+        """query [B, 3, D] -> STOP offset [B]."""
+        return self.linear(query.flatten(1)).squeeze(-1)
+
+
+def build_scoring_head(kind: str, feature_dim: int, hidden_dim: int) -> nn.Module:
+    """The head named by `reranker.head`."""
+    if kind == "mlp":
+        return MlpScoringHead(feature_dim, hidden_dim)
+    if kind == "cross_attention":
+        return CrossAttentionScoringHead(feature_dim, hidden_dim)
+    raise ValueError(f"reranker.head: expected one of ['mlp', 'cross_attention'], got {kind!r}")

@@ -1,0 +1,164 @@
+"""The trainable query translator T_θ: (image, question) -> a text search query for the knowledge base.
+
+First stage of the rollout: the driver samples N queries per question here (with
+their log-probs), the retriever searches each, and the DPO learner later compares
+siblings through `logprobs` (policy, differentiable) and `reference_logprobs` (the
+frozen initial translator). The policy is an LVLM, optionally with a PEFT LoRA
+adapter; `trainable_state_dict` / `load_trainable_state_dict` carry only what
+training changes between the learner and the sampling replicas.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+from mmrag.config import LoraConfig, TranslatorConfig
+from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, load_processor, sequence_logprobs
+
+
+@dataclass(frozen=True)
+class QuerySample:
+    """One sampled query and its summed log-prob under the sampling distribution."""
+
+    text: str
+    logprob: float
+
+
+def _add_lora(model, lora: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    adapter = PeftLoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
+    )
+    return get_peft_model(model, adapter)
+
+
+def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
+    """(model, processor); a directory written by `export` with a LoRA adapter loads base + adapter."""
+    export_dir = Path(cfg.model).expanduser()
+    if not (export_dir / "adapter_config.json").is_file():
+        model, processor = load_lvlm(cfg.model, cache_dir, cfg.dtype, device)
+        return (_add_lora(model, cfg.lora) if cfg.lora.enabled else model), processor
+    from peft import PeftConfig, PeftModel
+
+    base_ref = PeftConfig.from_pretrained(str(export_dir)).base_model_name_or_path
+    base, _ = load_lvlm(base_ref, cache_dir, cfg.dtype, device)
+    model = PeftModel.from_pretrained(base, str(export_dir), is_trainable=cfg.lora.enabled)
+    # Without `lora.enabled` the exported adapter is merged into a plain, fully trainable model.
+    return (model if cfg.lora.enabled else model.merge_and_unload()), load_processor(str(export_dir))
+
+
+class QueryTranslator:
+    """Policy LVLM writing search queries, plus its frozen reference for DPO."""
+
+    def __init__(self, model, processor, cfg: TranslatorConfig):
+        self.model = model.eval()
+        self.processor = processor
+        self.cfg = cfg
+        fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
+        self.uses_lora = hasattr(model, "disable_adapter")
+        if self.uses_lora:
+            self._reference = None
+        else:
+            # Every weight trains (a merged export comes back frozen from PEFT).
+            model.requires_grad_(True)
+            self._reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    @classmethod
+    def from_config(cls, cfg: TranslatorConfig, cache_dir: str, device: str = "cpu") -> QueryTranslator:
+        model, processor = _load_policy(cfg, cache_dir, device)
+        return cls(model, processor, cfg)
+
+    def prompts(self, questions: list[str]) -> list[str]:
+        return [fill_prompt(self.cfg.prompt_template, "translator.prompt_template", question=q) for q in questions]
+
+    def sample(
+        self,
+        images: list[Image.Image],
+        questions: list[str],
+        n: int | None = None,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+    ) -> list[list[QuerySample]]:
+        """`n` sampled queries per question (defaults from the config), each with its log-prob."""
+        n = n or self.cfg.num_samples
+        temperature = temperature or self.cfg.temperature
+        texts, logprobs = generate(
+            self.model,
+            self.processor,
+            images,
+            self.prompts(questions),
+            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+            do_sample=True,
+            temperature=temperature,
+            num_return_sequences=n,
+        )
+        samples = [QuerySample(text, float(lp)) for text, lp in zip(texts, logprobs.tolist())]
+        return [samples[i * n : (i + 1) * n] for i in range(len(questions))]
+
+    def greedy(self, images: list[Image.Image], questions: list[str]) -> list[str]:
+        """The most likely query per question (inference, evaluation)."""
+        texts, _ = generate(
+            self.model,
+            self.processor,
+            images,
+            self.prompts(questions),
+            max_new_tokens=self.cfg.max_new_tokens,
+            do_sample=False,
+        )
+        return texts
+
+    def logprobs(
+        self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
+    ) -> torch.Tensor:
+        """Policy log-prob of each query given (image, question); differentiable w.r.t. the trainable weights."""
+        self.model.train()
+        try:
+            return sequence_logprobs(self.model, self.processor, images, self.prompts(questions), queries, temperature)
+        finally:
+            self.model.eval()
+
+    @torch.no_grad()
+    def reference_logprobs(
+        self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
+    ) -> torch.Tensor:
+        """Log-probs under the frozen initial translator (LoRA: adapters disabled; else the copy)."""
+        prompts = self.prompts(questions)
+        if self.uses_lora:
+            with self.model.disable_adapter():
+                return sequence_logprobs(self.model, self.processor, images, prompts, queries, temperature)
+        return sequence_logprobs(self._reference, self.processor, images, prompts, queries, temperature)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """CPU copies of the trainable weights only (the adapter with LoRA, every weight otherwise)."""
+        return {name: p.detach().cpu().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Copy weights published by `trainable_state_dict` of a translator with the same setup."""
+        params = {name: p for name, p in self.model.named_parameters() if p.requires_grad}
+        missing, unexpected = sorted(params.keys() - state.keys()), sorted(state.keys() - params.keys())
+        if missing or unexpected:
+            raise KeyError(
+                f"translator state: {len(missing)} missing keys (e.g. {missing[:1]}), "
+                f"{len(unexpected)} unexpected (e.g. {unexpected[:1]}); "
+                "was it published by a translator with the same model and lora settings?"
+            )
+        for name, tensor in state.items():
+            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def export(self, out_dir: str) -> str:
+        """Save the policy (the adapter with LoRA, the full model otherwise) and the processor to `out_dir`."""
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out_dir)
+        self.processor.save_pretrained(out_dir)
+        return out_dir

@@ -1,0 +1,133 @@
+"""The rollout tree of one question, and reward backpropagation up it.
+
+One question's rollout: root -> N translator nodes (sampled queries) -> M reranker
+nodes each (sampled selections) -> the answer, scored by the reward model, on each
+reranker leaf. Nothing here knows those level names: any component is a level, so a
+deeper pipeline is a deeper tree. The trainer builds the trees, optionally shuffles
+leaf rewards (control experiment), calls `backprop_values` then `compute_advantages`,
+and `mmrag.rl.losses` turns the scored nodes into local losses.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+AGGREGATES = {"mean": statistics.fmean, "max": max}
+
+
+@dataclass
+class Node:
+    """One sampled output of one component (or the question itself, at the root)."""
+
+    level: str
+    """Component that produced this node: "root", "translator", "reranker", ..."""
+    output: Any = None
+    """What it produced: the query text, the selection of doc ids, ..."""
+    logprob: float | None = None
+    """Log-probability of `output` under the sampling policy."""
+    ref_logprob: float | None = None
+    """Log-probability under the frozen reference model (translator DPO)."""
+    policy_version: int = 0
+    """Version of the policy weights that sampled `output`."""
+    reward: float | None = None
+    """Reward-model score; set on leaves only."""
+    children: list[Node] = field(default_factory=list)
+    """Nodes sampled downstream of this one."""
+    value: float | None = None
+    """Filled by `backprop_values`: the reward, or the aggregate of the children's values."""
+    advantage: float | None = None
+    """Filled by `compute_advantages`: value minus the mean value of its siblings."""
+    payload: dict = field(default_factory=dict)
+    """Anything else the pipeline carries along (answers, candidate ids, prompts)."""
+
+    def add(self, child: Node) -> Node:
+        """Attach `child` below this node and return it."""
+        self.children.append(child)
+        return child
+
+
+def walk(root: Node) -> Iterator[Node]:
+    """Every node, parents before children, siblings in order."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.children))
+
+
+def nodes_at(root: Node, level: str) -> list[Node]:
+    """Nodes produced by the component `level`, in tree order."""
+    return [node for node in walk(root) if node.level == level]
+
+
+def leaves(root: Node) -> list[Node]:
+    """Nodes without children (those that carry rewards), in tree order."""
+    return [node for node in walk(root) if not node.children]
+
+
+def _children_level(node: Node) -> str:
+    levels = {child.level for child in node.children}
+    if len(levels) != 1:
+        raise ValueError(f"node at level {node.level!r}: children must share one level, got {sorted(levels)}")
+    return levels.pop()
+
+
+def _aggregate_rule(aggregate: dict[str, str] | str, children_level: str) -> str:
+    """The rule for nodes whose children are at `children_level`; levels a dict omits use mean."""
+    rule = aggregate if isinstance(aggregate, str) else aggregate.get(children_level, "mean")
+    if rule not in AGGREGATES:
+        raise ValueError(f"aggregate for children at level {children_level!r}: unknown rule {rule!r} "
+                         f"(valid: {', '.join(AGGREGATES)})")
+    return rule
+
+
+def backprop_values(root: Node, aggregate: dict[str, str] | str = "mean") -> float:
+    """Fill `value` on every node and return the root's.
+
+    Leaf: V = reward. Inner node: V = aggregate over children of V(child), the rule
+    chosen by the children's level, e.g. {"reranker": "mean"} makes a translator node's
+    value the expected reward under the current reranker, "max" the best reachable one.
+    """
+    if not root.children:
+        if root.reward is None:
+            raise ValueError(f"leaf at level {root.level!r} (output {root.output!r}) has no reward; "
+                             "score every leaf before backprop")
+        root.value = float(root.reward)
+        return root.value
+    rule = _aggregate_rule(aggregate, _children_level(root))
+    root.value = float(AGGREGATES[rule]([backprop_values(child, aggregate) for child in root.children]))
+    return root.value
+
+
+def compute_advantages(root: Node) -> None:
+    """Fill `advantage` on every node below the root: A = V - mean of its siblings' V (itself included).
+
+    An only child, or siblings that all share one value, get exactly 0 (no signal).
+    """
+    for parent in walk(root):
+        values = [child.value for child in parent.children]
+        if any(v is None for v in values):
+            raise ValueError(f"children of the {parent.level!r} node have no value; run backprop_values first")
+        if not values:
+            continue
+        # Exact zeros for ties, so that float rounding of the mean never invents a signal.
+        baseline = values[0] if min(values) == max(values) else statistics.fmean(values)
+        for child in parent.children:
+            child.advantage = child.value - baseline
+
+
+def shuffle_leaf_rewards(roots: list[Node], rng: random.Random) -> None:
+    """Control experiment: permute leaf rewards across the whole batch, before backprop.
+
+    Keeps the reward distribution and destroys its link to what was sampled; a learner
+    that still improves would be learning from something other than the reward.
+    """
+    batch_leaves = [leaf for root in roots for leaf in leaves(root)]
+    rewards = [leaf.reward for leaf in batch_leaves]
+    rng.shuffle(rewards)
+    for leaf, reward in zip(batch_leaves, rewards):
+        leaf.reward = reward

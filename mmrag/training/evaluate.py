@@ -1,0 +1,39 @@
+"""Greedy evaluation of a pipeline on held-out questions.
+
+Runs the inference path (N = M = 1, both components greedy) and reports the mean
+reward plus what explains it: retrieval recall@K of the gold documents, how often a
+gold document was among the kept ones, how many documents were kept, query length.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from mmrag.data.dataset import Question
+from mmrag.training.rollout_batch import greedy_batch
+
+
+def summarize(predictions: list[dict]) -> dict[str, float]:
+    """Aggregate metrics over `greedy_batch` records."""
+    if not predictions:
+        raise ValueError("evaluation: no questions to evaluate (check train.eval_questions and the val split)")
+
+    def rate(hit) -> float:
+        return statistics.fmean(1.0 if hit(p) else 0.0 for p in predictions)
+
+    return {
+        "reward_mean": statistics.fmean(p["reward"] for p in predictions),
+        "recall_at_k": rate(lambda p: set(p["gold"]) & set(p["retrieved"])),
+        "gold_selected": rate(lambda p: set(p["gold"]) & set(p["selected"])),
+        "gold_first": rate(lambda p: p["selected"][:1] and p["selected"][0] in p["gold"]),
+        "docs_kept_mean": statistics.fmean(len(p["selected"]) for p in predictions),
+        "query_words_mean": statistics.fmean(len(p["query"].split()) for p in predictions),
+    }
+
+
+def evaluate(pipeline, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:
+    """(metrics, per-question predictions) of the greedy pipeline on `questions`."""
+    predictions = []
+    for start in range(0, len(questions), batch_size):
+        predictions.extend(greedy_batch(pipeline, questions[start:start + batch_size]))
+    return summarize(predictions), predictions

@@ -1,0 +1,96 @@
+"""Local updates: turn scored rollout trees into one optimiser step per trainable component.
+
+Translator: DPO (or reference-free DPO) on preference pairs among the N sampled queries
+of each question. Reranker: the listwise Plackett-Luce policy loss weighted by each
+selection's advantage among its M siblings, or the pairwise preference variant. Both
+recompute log-probs under the current weights, so the same functions serve the
+single-process reference trainer and the distributed learners.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mmrag.config import TrainConfig
+from mmrag.data.dataset import Question
+from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.translator import QueryTranslator
+from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, reference_free_dpo_loss,
+                             reranker_preference_pairs, translator_preference_pairs)
+from mmrag.rl.rollout import Node, nodes_at
+from mmrag.training.pipeline import candidates_of
+
+
+def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig) -> tuple[torch.Tensor, int]:
+    """The translator's local loss over a batch of scored trees, and the number of pairs in it."""
+    pairs = [(root.payload["question"], chosen, rejected) for root in roots
+             for chosen, rejected in translator_preference_pairs(root, cfg.pair_margin, cfg.max_pairs_per_question)]
+    if not pairs:
+        return torch.zeros((), requires_grad=True), 0
+    images = [q.image for q, _, _ in pairs] * 2
+    questions = [q.question for q, _, _ in pairs] * 2
+    queries = [c.output for _, c, _ in pairs] + [r.output for _, _, r in pairs]
+    policy = translator.logprobs(images, questions, queries)
+    chosen, rejected = policy[:len(pairs)], policy[len(pairs):]
+    if cfg.translator_loss == "dpo_reference_free":
+        return reference_free_dpo_loss(chosen, rejected, cfg.dpo_beta), len(pairs)
+    reference = translator.reference_logprobs(images, questions, queries)
+    return dpo_loss(chosen, rejected, reference[:len(pairs)], reference[len(pairs):], cfg.dpo_beta), len(pairs)
+
+
+def _signal_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
+    """(question, translator node, examples) where the node's reranker children carry signal.
+
+    Examples are the children with a non-zero advantage (`pl_policy`) or preference pairs
+    among them (`pairwise`).
+    """
+    rows = []
+    for root in roots:
+        for t_node in nodes_at(root, "translator"):
+            if cfg.reranker_loss == "pl_policy":
+                examples = [child for child in t_node.children if child.advantage]
+            else:
+                examples = reranker_preference_pairs(t_node, cfg.pair_margin)
+            if examples:
+                rows.append((root.payload["question"], t_node, examples))
+    return rows
+
+
+def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig,
+                  temperature: float) -> tuple[torch.Tensor, int]:
+    """The reranker's local loss over a batch of scored trees, and the number of examples in it."""
+    rows = _signal_rows(roots, cfg)
+    if not rows:
+        return torch.zeros((), requires_grad=True), 0
+    batch = reranker.featurize([q.image for q, _, _ in rows], [q.question for q, _, _ in rows],
+                               [t_node.output for _, t_node, _ in rows],
+                               candidates_of([t_node.payload["hits"] for _, t_node, _ in rows]))
+    if cfg.reranker_loss == "pl_policy":
+        flat = [(row, node) for row, (_, _, examples) in enumerate(rows) for node in examples]
+        logprobs = reranker.logprob(batch, [node.output for _, node in flat], [row for row, _ in flat], temperature)
+        advantages = torch.tensor([node.advantage for _, node in flat], dtype=logprobs.dtype)
+        return pl_policy_loss(logprobs, advantages), len(flat)
+    flat = [(row, pair) for row, (_, _, pairs) in enumerate(rows) for pair in pairs]
+    selections = [c.output for _, (c, _) in flat] + [r.output for _, (_, r) in flat]
+    logprobs = reranker.logprob(batch, selections, [row for row, _ in flat] * 2, temperature)
+    return pairwise_preference_loss(logprobs[:len(flat)], logprobs[len(flat):], cfg.dpo_beta), len(flat)
+
+
+def update_translator(translator, optimizer, roots, cfg: TrainConfig) -> dict:
+    loss, pairs = translator_loss(translator, roots, cfg)
+    if pairs:
+        _step(optimizer, loss)
+    return {"loss": float(loss.detach()), "pairs": pairs}
+
+
+def update_reranker(reranker, optimizer, roots, cfg: TrainConfig, temperature: float) -> dict:
+    loss, examples = reranker_loss(reranker, roots, cfg, temperature)
+    if examples:
+        _step(optimizer, loss)
+    return {"loss": float(loss.detach()), "examples": examples}

@@ -1,0 +1,47 @@
+"""Command-line options shared by every entry point: `--config` and `--set`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mmrag.config import Config, ConfigError, load_config
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default="configs/local.yaml",
+        help="YAML config (default: configs/local.yaml, tiny models on CPU with synthetic data)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one config field, e.g. --set train.steps=10 (repeatable; VALUE is parsed as YAML)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Load the config named on the command line, or exit with a one-line error."""
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        sys.exit(f"config error: {exc}")
+    if cfg.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    return cfg
+
+
+def run_main(module) -> None:
+    """`python -m pipelines.<name>`: the same parser and run() as `mmrag <name>`."""
+    name = module.__spec__.name if module.__spec__ else module.__name__
+    parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    args = parser.parse_args()
+    sys.exit(module.run(args) or 0)

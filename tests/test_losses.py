@@ -1,0 +1,162 @@
+"""Local losses: preference pairs, DPO values, the Plackett-Luce policy loss and its gradient direction."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mmrag.rl.losses import (
+    dpo_loss,
+    pairwise_preference_loss,
+    pl_policy_loss,
+    reference_free_dpo_loss,
+    reranker_policy_examples,
+    reranker_preference_pairs,
+    translator_preference_pairs,
+)
+from mmrag.rl.plackett_luce import selection_logprob, selection_logprobs
+from mmrag.rl.rollout import Node, backprop_values, compute_advantages
+
+
+def question(query_values: dict[str, float]) -> Node:
+    """root -> one translator node per query, each already valued."""
+    root = Node("root")
+    for query, value in query_values.items():
+        root.add(Node("translator", output=query, value=value))
+    return root
+
+
+def outputs(pairs):
+    return [(chosen.output, rejected.output) for chosen, rejected in pairs]
+
+
+def test_translator_pairs_and_margin():
+    root = question({"a": 1.0, "b": 0.25, "c": 0.5})
+    # Gaps: a-b 0.75, a-c 0.5, c-b 0.25; largest first.
+    assert outputs(translator_preference_pairs(root, 0.0, 10)) == [("a", "b"), ("a", "c"), ("c", "b")]
+    # Margin 0.3 removes c-b (0.25); margin 0.5 also removes a-c, since the gap must exceed it.
+    assert outputs(translator_preference_pairs(root, 0.3, 10)) == [("a", "b"), ("a", "c")]
+    assert outputs(translator_preference_pairs(root, 0.5, 10)) == [("a", "b")]
+
+
+def test_max_pairs_keeps_largest_gaps_with_deterministic_ties():
+    root = question({"a": 0.75, "b": 0.25, "c": 0.5, "d": 0.5})
+    # Gaps: a-b 0.5, then 0.25 for a-c, a-d, c-b, d-b (ties in sibling order); c-d equal, never a pair.
+    assert outputs(translator_preference_pairs(root, 0.0, 10)) == [("a", "b"), ("a", "c"), ("a", "d"),
+                                                                   ("c", "b"), ("d", "b")]
+    assert outputs(translator_preference_pairs(root, 0.0, 2)) == [("a", "b"), ("a", "c")]
+    assert translator_preference_pairs(root, 0.0, 0) == []
+
+
+def test_identical_queries_and_equal_values_never_pair():
+    root = question({"x": 1.0})
+    root.add(Node("translator", output="x", value=0.0))
+    root.add(Node("translator", output="y", value=1.0))
+    # Only the two different texts with different values pair: (x@1.0 vs y@1.0) tie, x==x skipped.
+    assert outputs(translator_preference_pairs(root, 0.0, 4)) == [("y", "x")]
+    assert translator_preference_pairs(question({"a": 0.5, "b": 0.5}), 0.0, 4) == []
+
+
+def test_reranker_pairs_among_one_querys_selections():
+    translator = Node("translator")
+    for selection, reward in [((0,), 0.0), ((1, 0), 1.0), ((), 0.5)]:
+        translator.add(Node("reranker", output=selection, reward=reward))
+    backprop_values(translator)
+    assert outputs(reranker_preference_pairs(translator, 0.0)) == [((1, 0), (0,)), ((1, 0), ()), ((), (0,))]
+    assert outputs(reranker_preference_pairs(translator, 0.6)) == [((1, 0), (0,))]
+
+
+def test_dpo_loss_value_by_hand():
+    policy_chosen, policy_rejected = torch.tensor([-1.0, -2.0], requires_grad=True), torch.tensor([-3.0, -1.0])
+    ref_chosen, ref_rejected = torch.tensor([-2.0, -1.0]), torch.tensor([-2.0, -1.0])
+    # Pair 1: (-1 - -2) - (-3 - -2) = 2, beta 0.5 -> z = 1, -log sigmoid(1) = log(1 + e^-1) = 0.313262.
+    # Pair 2: (-2 - -1) - (-1 - -1) = -1 -> z = -0.5, log(1 + e^0.5) = 0.974077. Mean 0.643670.
+    loss = dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta=0.5)
+    expected = (math.log1p(math.exp(-1.0)) + math.log1p(math.exp(0.5))) / 2
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert expected == pytest.approx(0.643670, abs=1e-6)
+    loss.backward()
+    # d loss / d pc_i = -beta * (1 - sigmoid(z_i)) / 2 < 0: descending raises the chosen log-prob.
+    expected_grad = [-0.5 * (1 - 1 / (1 + math.exp(-z))) / 2 for z in (1.0, -0.5)]
+    assert policy_chosen.grad.tolist() == pytest.approx(expected_grad, abs=1e-6)
+
+
+def test_reference_free_and_pairwise_values_by_hand():
+    chosen, rejected = torch.tensor([-1.0]), torch.tensor([-3.0])
+    # beta 0.5 * (-1 - -3) = 1 -> log(1 + e^-1) = 0.313262.
+    assert reference_free_dpo_loss(chosen, rejected, 0.5).item() == pytest.approx(0.313262, abs=1e-6)
+    assert pairwise_preference_loss(chosen, rejected, 0.5).item() == pytest.approx(0.313262, abs=1e-6)
+    # Swapped: z = -1 -> log(1 + e) = 1.313262.
+    assert pairwise_preference_loss(rejected, chosen, 0.5).item() == pytest.approx(1.313262, abs=1e-6)
+
+
+def test_empty_batches_give_zero_that_backward_accepts():
+    empty_policy = torch.empty(0, requires_grad=True)
+    for loss in (dpo_loss(empty_policy, empty_policy, torch.empty(0), torch.empty(0), 0.1),
+                 reference_free_dpo_loss(torch.empty(0), torch.empty(0), 0.1),
+                 pl_policy_loss(torch.empty(0), torch.empty(0))):
+        assert loss.item() == 0.0 and loss.requires_grad
+        loss.backward()
+    assert empty_policy.grad.shape == (0,)
+
+
+def test_pl_policy_loss_value_by_hand():
+    # -mean(0.5 * -1 + -0.5 * -2) = -mean(-0.5, 1.0) = -0.25.
+    loss = pl_policy_loss(torch.tensor([-1.0, -2.0]), torch.tensor([0.5, -0.5]))
+    assert loss.item() == pytest.approx(-0.25)
+
+
+@pytest.mark.parametrize("advantage, direction", [(1.0, 1), (-1.0, -1)])
+def test_one_sgd_step_moves_selection_probability_with_advantage(advantage, direction):
+    logits = torch.tensor([0.2, -0.1, 0.4, 0.0], requires_grad=True)
+    selection = (1, 0)
+    before = selection_logprob(logits, selection, 3).item()
+    pl_policy_loss(selection_logprob(logits, selection, 3).unsqueeze(0), torch.tensor([advantage])).backward()
+    with torch.no_grad():
+        logits -= 0.5 * logits.grad  # one plain SGD step, learning rate 0.5
+    after = selection_logprob(logits, selection, 3).item()
+    assert direction * (after - before) > 0.05
+
+
+def test_reranker_examples_from_a_scored_tree():
+    root = Node("root")
+    for rewards in [(1.0, 0.0), (0.5, 0.5)]:
+        translator = root.add(Node("translator"))
+        for selection, reward in zip([(0, 1), (2,)], rewards):
+            translator.add(Node("reranker", output=selection, reward=reward))
+    backprop_values(root)
+    compute_advantages(root)
+    examples = reranker_policy_examples(root)
+    # Only the first query's selections differ: advantages +0.5 and -0.5; the tied pair is skipped.
+    assert [(node.output, node.advantage) for node in examples] == [((0, 1), 0.5), ((2,), -0.5)]
+    logits = torch.tensor([[1.0, 0.0, -1.0, 0.0]] * len(examples), requires_grad=True)
+    logprobs = selection_logprobs(logits, [node.output for node in examples], 3)
+    loss = pl_policy_loss(logprobs, torch.tensor([node.advantage for node in examples]))
+    expected = -(0.5 * logprobs[0].item() - 0.5 * logprobs[1].item()) / 2
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_no_signal_batch_gives_no_examples_and_zero_loss():
+    root = Node("root")
+    translator = root.add(Node("translator"))
+    for selection in [(0,), (1,), ()]:
+        translator.add(Node("reranker", output=selection, reward=0.5))
+    backprop_values(root)
+    compute_advantages(root)
+    assert reranker_policy_examples(root) == []
+    assert reranker_preference_pairs(translator, 0.0) == []
+    logits = torch.zeros((0, 4), requires_grad=True)
+    loss = pl_policy_loss(selection_logprobs(logits, [], 3), torch.empty(0))
+    loss.backward()
+    assert loss.item() == 0.0 and not torch.isnan(logits.grad).any()
+
+
+def test_bad_settings_name_the_config_field():
+    with pytest.raises(ValueError, match="train.dpo_beta"):
+        reference_free_dpo_loss(torch.tensor([0.0]), torch.tensor([0.0]), 0.0)
+    with pytest.raises(ValueError, match="train.pair_margin"):
+        translator_preference_pairs(question({"a": 1.0}), -0.1, 4)
+    with pytest.raises(ValueError, match="one entry per pair"):
+        pl_policy_loss(torch.zeros(2), torch.zeros(3))

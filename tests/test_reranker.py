@@ -1,0 +1,213 @@
+"""Adaptive reranker on the random tiny CLIP: shapes, Plackett-Luce consistency, init, training, sync, actor."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+from PIL import Image
+
+from mmrag.config import RerankerConfig
+from mmrag.models.reranker import AdaptiveReranker, Candidate
+from mmrag.rl.losses import pl_policy_loss
+from mmrag.rl.plackett_luce import enumerate_selections
+
+IMAGES = [Image.new("RGB", (64, 64), "red"), Image.new("RGB", (64, 64), "blue")]
+QUESTIONS = ["When was this built?", "Who designed this?"]
+QUERIES = ["red striped circle year built", "blue square architect"]
+CANDIDATES = [
+    [Candidate("red striped circle was built in 1901", 0.27, Image.new("RGB", (64, 64), "red")),
+     Candidate("blue square was designed by Ada Lind", 0.31),
+     Candidate("green triangle is 45 metres tall", 0.29, Image.new("RGB", (64, 64), "green"))],
+    [Candidate("blue square was designed by Ada Lind", 0.22)],
+]
+
+
+def make_reranker(zoo_dir: str, **fields) -> AdaptiveReranker:
+    torch.manual_seed(0)  # the heads' hidden layers and LoRA's A matrices start random
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, **fields)
+    return AdaptiveReranker.from_config(cfg, zoo_dir)
+
+
+@contextmanager
+def perturbed(reranker: AdaptiveReranker, seed: int = 0, scale: float = 0.5) -> Iterator[AdaptiveReranker]:
+    """Every trainable parameter (zero-initialised outputs included) moved off its initial value, then restored."""
+    initial = reranker.trainable_state_dict()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in reranker.parameters():
+            if param.requires_grad:
+                param.add_(torch.randn(param.shape, generator=generator) * scale)
+    try:
+        yield reranker
+    finally:
+        reranker.load_trainable_state_dict(initial)
+
+
+def featurize(reranker: AdaptiveReranker, candidates=CANDIDATES):
+    return reranker.featurize(IMAGES, QUESTIONS, QUERIES, candidates)
+
+
+@pytest.fixture(scope="module")
+def frozen(zoo_dir) -> AdaptiveReranker:
+    return make_reranker(zoo_dir)
+
+
+@pytest.fixture(scope="module")
+def lora(zoo_dir) -> AdaptiveReranker:
+    return make_reranker(zoo_dir, backbone="lora", head="cross_attention", max_docs=2)
+
+
+def test_untrained_logits_are_retrieval_scores_and_stop_anchor(frozen):
+    batch = featurize(frozen)
+    assert batch.mask.tolist() == [[True, True, True], [True, False, False]]
+    assert tuple(batch.image_features.shape) == (2, 4, frozen.encoder.dim)
+    assert tuple(batch.text_features.shape) == (2, 5, frozen.encoder.dim)
+    assert batch.text_tokens is None
+    # Padding has no features; real texts are unit vectors.
+    assert batch.text_features[1, 3:].abs().sum() == 0
+    assert torch.allclose(batch.text_features[0].norm(dim=-1), torch.ones(5), atol=1e-5)
+    logits = frozen.logits(batch)
+    assert tuple(logits.shape) == (2, 4)
+    # Candidates: score / 0.05. STOP: midpoint of the 2nd and 3rd (row 1: its only logit - 1.5).
+    expected = torch.tensor([[5.4, 6.2, 5.8, 5.6], [4.4, -math.inf, -math.inf, 2.9]])
+    assert torch.allclose(logits.detach(), expected, atol=1e-4)
+
+
+def test_untrained_greedy_follows_retrieval_order(frozen, lora):
+    scores = [0.21, 0.35, 0.18, 0.33, 0.30]
+    candidates = [[Candidate(f"passage {i}", s) for i, s in enumerate(scores)], CANDIDATES[1]]
+    for reranker in (frozen, lora):
+        batch = featurize(reranker, candidates)
+        assert reranker.greedy(batch) == [(1, 3), (0,)]
+        # Sampling follows the same scores: the best candidate leads most often.
+        selections, _ = reranker.sample(batch, 400, 1.0, torch.Generator().manual_seed(0))
+        firsts = Counter(selection[0] for selection in selections[0] if selection)
+        assert firsts.most_common(1)[0][0] == 1
+    mean_kept = sum(len(s) for s in selections[0]) / 400
+    assert 1.5 < mean_kept < 2.0, mean_kept  # lora keeps at most max_docs = 2
+
+
+@pytest.mark.parametrize("name", ["frozen", "lora"])
+def test_selection_probabilities_sum_to_one(request, name):
+    reranker = request.getfixturevalue(name)
+    with perturbed(reranker):
+        batch = featurize(reranker)
+        for row, num_candidates in enumerate([3, 1]):
+            selections = enumerate_selections(num_candidates, reranker.max_docs)
+            for temperature in (1.0, 0.5):
+                logprobs = reranker.logprob(batch, selections, [row] * len(selections), temperature)
+                assert logprobs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_sampled_logprobs_match_recomputation(lora):
+    with perturbed(lora):
+        batch = featurize(lora)
+        selections, logprobs = lora.sample(batch, 8, 0.7, torch.Generator().manual_seed(3))
+        flat = [s for drawn in selections for s in drawn]
+        rows = [row for row, drawn in enumerate(selections) for _ in drawn]
+        recomputed = lora.logprob(batch, flat, rows, temperature=0.7)
+    assert [len(drawn) for drawn in selections] == [8, 8]
+    assert all(isinstance(s, tuple) and len(s) <= 2 for s in flat)
+    sampled = torch.tensor([lp for row in logprobs for lp in row])
+    assert torch.isfinite(sampled).all()
+    assert torch.allclose(recomputed.detach(), sampled, atol=1e-5)
+
+
+def test_padding_is_never_selected_and_frequencies_match_probabilities(lora):
+    with perturbed(lora, scale=0.1):
+        batch = featurize(lora)
+        selections, _ = lora.sample(batch, 600, 1.0, torch.Generator().manual_seed(4))
+        greedy = lora.greedy(batch)
+        probabilities = {s: lora.logprob(batch, [s], [row]).exp().item()
+                         for row, s in [(1, ()), (0, (1,)), (0, (1, 2))]}
+    assert set(selections[1]) <= {(), (0,)}
+    assert greedy[1] in {(), (0,)}
+    assert selections[1].count(()) / 600 == pytest.approx(probabilities[()], abs=0.06)
+    for selection in [(1,), (1, 2)]:
+        assert selections[0].count(selection) / 600 == pytest.approx(probabilities[selection], abs=0.06)
+
+
+def test_frozen_backbone_has_no_trainable_parameters(frozen):
+    assert not any(p.requires_grad for p in frozen.backbone.parameters())
+    names = list(frozen.trainable_state_dict())
+    assert names and all(name.startswith(("head.", "stop_scorer.")) for name in names)
+
+
+def test_lora_trains_only_text_tower_adapters_and_head(lora):
+    trainable = [name for name, p in lora.named_parameters() if p.requires_grad]
+    adapters = [name for name in trainable if name.startswith("backbone.")]
+    # 3 text layers x (c_fc, c_proj) x (lora_A, lora_B); nothing in the vision tower.
+    assert len(adapters) == 12
+    assert all(".lora_" in name and not name.startswith("backbone.visual") for name in adapters)
+    assert all(name.startswith(("head.", "stop_scorer.")) for name in set(trainable) - set(adapters))
+    assert sorted(lora.trainable_state_dict()) == sorted(trainable)
+    # Once the head is off zero, gradients reach the adapters: logits() re-encodes the texts.
+    with perturbed(lora):
+        lora.zero_grad()
+        lora.logprob(featurize(lora), [(1, 0)], [0]).sum().backward()
+        adapter_grads = [p.grad for n, p in lora.named_parameters() if n in adapters]
+    assert all(g is not None for g in adapter_grads)
+    assert sum(g.abs().sum().item() for g in adapter_grads) > 0
+
+
+@pytest.mark.parametrize("name", ["frozen", "lora"])
+def test_sgd_step_follows_the_sign_of_the_advantage(request, name):
+    reranker = request.getfixturevalue(name)
+    batch = featurize(reranker)
+    initial = reranker.trainable_state_dict()
+    selection = (2, 0)  # not the greedy (1, 2)
+    before = reranker.logprob(batch, [selection], [0]).item()
+    for advantage in (1.0, -1.0):
+        optimizer = torch.optim.SGD([p for p in reranker.parameters() if p.requires_grad], lr=0.05)
+        loss = pl_policy_loss(reranker.logprob(batch, [selection], [0]), torch.tensor([advantage]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        after = reranker.logprob(batch, [selection], [0]).item()
+        reranker.load_trainable_state_dict(initial)
+        assert (after - before) * advantage > 1e-3, (advantage, before, after)
+
+
+def test_weight_sync_round_trip(lora):
+    batch = featurize(lora)
+    initial = lora.trainable_state_dict()
+    untrained = lora.logits(batch).detach()
+    with perturbed(lora):
+        trained = lora.logits(batch).detach()
+        state = lora.trainable_state_dict()
+    restored = lora.logits(batch).detach()
+    lora.load_trainable_state_dict(state)
+    synced = lora.logits(batch).detach()
+    lora.load_trainable_state_dict(initial)
+    assert not torch.allclose(trained, untrained)
+    assert torch.allclose(restored, untrained) and torch.allclose(synced, trained, atol=1e-6)
+    state.pop("stop_scorer.linear.bias")
+    with pytest.raises(ValueError, match=r"missing keys \['stop_scorer.linear.bias'\]"):
+        lora.load_trainable_state_dict(state)
+
+
+def test_batch_from_other_backbone_mode_is_rejected(frozen, lora):
+    with pytest.raises(ValueError, match="text_tokens is missing"):
+        lora.logits(featurize(frozen))
+
+
+def test_actor_samples_and_installs_weights(ray_session, zoo_dir, frozen):
+    from actors.reranker import RerankerActor
+
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32)
+    actor = RerankerActor.remote(cfg, zoo_dir, seed=0)
+    drawn = ray_session.get(actor.sample.remote(IMAGES, QUESTIONS, QUERIES, CANDIDATES, 5, 1.0))
+    assert drawn.policy_version == 0
+    assert [len(row) for row in drawn.selections] == [5, 5]
+    assert all(math.isfinite(lp) and lp <= 0 for row in drawn.logprobs for lp in row)
+    with perturbed(frozen):
+        ray_session.get(actor.set_weights.remote(3, frozen.trainable_state_dict()))
+        expected = frozen.greedy(featurize(frozen))
+    assert ray_session.get(actor.version.remote()) == 3
+    assert ray_session.get(actor.greedy.remote(IMAGES, QUESTIONS, QUERIES, CANDIDATES)) == expected
+    ray_session.kill(actor)

@@ -1,0 +1,176 @@
+"""LVLM plumbing and the query translator on zoo:tiny-lvlm (random weights): log-prob
+consistency between sampling and recomputation, greedy determinism, LoRA / full-model
+references, weight sync, export round trip, and the Ray replica."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from PIL import Image
+
+from mmrag.config import LoraConfig, TranslatorConfig
+from mmrag.models import lvlm
+from mmrag.models.translator import QueryTranslator
+
+QUESTIONS = ["When was this built?", "Who was the architect of this?"]
+
+
+@pytest.fixture(scope="module")
+def images() -> list[Image.Image]:
+    return [Image.new("RGB", (64, 64), (200, 30, 30)), Image.new("RGB", (48, 64), (20, 40, 160))]
+
+
+@pytest.fixture(scope="module")
+def tiny_lvlm_path(zoo_dir) -> str:
+    from mmrag.zoo import resolve
+
+    return resolve("zoo:tiny-lvlm", zoo_dir)
+
+
+def make_config(model: str, lora: bool = False) -> TranslatorConfig:
+    return TranslatorConfig(
+        model=model, max_new_tokens=8, num_samples=3, lora=LoraConfig(enabled=lora, rank=4, alpha=8)
+    )
+
+
+@pytest.fixture(scope="module")
+def full_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
+    return QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir)
+
+
+@pytest.fixture(scope="module")
+def lora_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
+    return QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+
+
+def one_policy_step(translator: QueryTranslator, images, queries: list[str]) -> None:
+    """One Adam step raising the policy log-prob of `queries` (a stand-in for a DPO update)."""
+    optimizer = torch.optim.Adam(translator.trainable_parameters(), lr=1e-2)
+    loss = -translator.logprobs(images, QUESTIONS, queries).sum()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_token_logprobs_equal_recomputation(full_translator, images, temperature):
+    torch.manual_seed(1)
+    prompts = full_translator.prompts(QUESTIONS)
+    sampled = lvlm.generate_token_ids(
+        full_translator.model, full_translator.processor, images, prompts, 8, True, temperature
+    )
+    assert all(ids[-1] == lvlm.end_of_turn_id(full_translator.processor) for ids in sampled.token_ids)
+    with torch.no_grad():
+        recomputed = lvlm.sequence_logprobs(
+            full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, temperature
+        )
+    assert torch.allclose(sampled.logprobs, recomputed, atol=1e-4), (sampled.logprobs, recomputed)
+    # Sampling-time log-probs really are temperature-scaled: at T=1 they differ.
+    if temperature != 1.0:
+        with torch.no_grad():
+            at_one = lvlm.sequence_logprobs(
+                full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, 1.0
+            )
+        assert (at_one - recomputed).abs().min() > 1e-2
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sample_returns_n_queries_whose_logprobs_match_policy_logprobs(full_translator, images, temperature):
+    torch.manual_seed(2)
+    samples = full_translator.sample(images, QUESTIONS, n=3, temperature=temperature, max_new_tokens=8)
+    assert [len(row) for row in samples] == [3, 3]
+    flat_images = [image for image in images for _ in range(3)]
+    flat_questions = [q for q in QUESTIONS for _ in range(3)]
+    queries = [s.text for row in samples for s in row]
+    reported = torch.tensor([s.logprob for row in samples for s in row])
+    assert torch.isfinite(reported).all() and (reported < 0).all()
+    with torch.no_grad():
+        recomputed = full_translator.logprobs(flat_images, flat_questions, queries, temperature=temperature)
+    assert torch.allclose(reported, recomputed, atol=1e-3), (reported, recomputed)
+
+
+def test_greedy_is_deterministic(full_translator, images):
+    first = full_translator.greedy(images, QUESTIONS)
+    second = full_translator.greedy(images[::-1], QUESTIONS[::-1])[::-1]
+    assert first == second and len(first) == 2
+
+
+def test_lora_trains_only_adapter_and_starts_at_reference(tiny_lvlm_path, zoo_dir, images):
+    translator = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    trainable = translator.trainable_state_dict()
+    total = sum(p.numel() for p in translator.model.parameters())
+    assert trainable and all("lora_" in name for name in trainable)
+    assert 0 < sum(t.numel() for t in trainable.values()) < 0.05 * total
+    queries = ["red striped circle", "blue square on navy"]
+    with torch.no_grad():
+        before = translator.logprobs(images, QUESTIONS, queries)
+    reference = translator.reference_logprobs(images, QUESTIONS, queries)
+    assert torch.allclose(before, reference, atol=1e-5)
+    one_policy_step(translator, images, queries)
+    with torch.no_grad():
+        after = translator.logprobs(images, QUESTIONS, queries)
+    assert (after - before).min() > 1e-3  # the step raised both log-probs
+    assert torch.allclose(translator.reference_logprobs(images, QUESTIONS, queries), reference, atol=1e-5)
+
+
+def test_full_model_reference_copy_is_frozen(tiny_lvlm_path, zoo_dir, images):
+    translator = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir)
+    assert not any(p.requires_grad for p in translator._reference.parameters())
+    assert len(translator.trainable_parameters()) == len(list(translator.model.parameters()))
+    queries = ["dotted star", "plain heart on teal"]
+    reference = translator.reference_logprobs(images, QUESTIONS, queries)
+    assert torch.allclose(translator.logprobs(images, QUESTIONS, queries).detach(), reference, atol=1e-5)
+    one_policy_step(translator, images, queries)
+    with torch.no_grad():
+        after = translator.logprobs(images, QUESTIONS, queries)
+    assert (after - reference).min() > 1e-3
+    assert torch.equal(translator.reference_logprobs(images, QUESTIONS, queries), reference)
+
+
+def test_trainable_state_dict_syncs_a_replica(lora_translator, tiny_lvlm_path, zoo_dir, images):
+    replica = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    queries = ["green cross", "white hexagon on pink"]
+    state = {name: tensor + 0.05 for name, tensor in lora_translator.trainable_state_dict().items()}
+    lora_translator.load_trainable_state_dict(state)
+    replica.load_trainable_state_dict(lora_translator.trainable_state_dict())
+    with torch.no_grad():
+        assert torch.equal(
+            replica.logprobs(images, QUESTIONS, queries), lora_translator.logprobs(images, QUESTIONS, queries)
+        )
+    with pytest.raises(KeyError, match="missing keys"):
+        replica.load_trainable_state_dict(dict(list(state.items())[1:]))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_export_reload_gives_identical_greedy_queries(tiny_lvlm_path, zoo_dir, images, tmp_path, lora):
+    cfg = make_config(tiny_lvlm_path, lora=lora)
+    translator = QueryTranslator.from_config(cfg, zoo_dir)
+    one_policy_step(translator, images, ["yellow plain diamond", "black checkered star"])
+    export_dir = translator.export(str(tmp_path / "export"))
+    reloaded = QueryTranslator.from_config(dataclasses.replace(cfg, model=export_dir), zoo_dir)
+    assert reloaded.greedy(images, QUESTIONS) == translator.greedy(images, QUESTIONS)
+    queries = ["red dotted heart", "navy"]
+    with torch.no_grad():
+        assert torch.allclose(
+            reloaded.logprobs(images, QUESTIONS, queries), translator.logprobs(images, QUESTIONS, queries), atol=1e-5
+        )
+
+
+def test_prompt_template_without_question_is_rejected(tiny_lvlm_path, zoo_dir):
+    cfg = dataclasses.replace(make_config(tiny_lvlm_path), prompt_template="Search query:")
+    with pytest.raises(ValueError, match=r"translator.prompt_template.*\{question\}"):
+        QueryTranslator.from_config(cfg, zoo_dir)
+
+
+def test_translator_actor_samples_and_syncs_weights(ray_session, tiny_lvlm_path, zoo_dir, images, lora_translator):
+    from actors.translator import TranslatorActor
+
+    actor = TranslatorActor.remote(make_config(tiny_lvlm_path, lora=True), zoo_dir, seed=3)
+    drawn = ray_session.get(actor.sample.remote(images, QUESTIONS, n=2))
+    assert drawn.policy_version == 0
+    assert [len(row) for row in drawn.queries] == [2, 2]
+    ray_session.get(actor.set_weights.remote(7, lora_translator.trainable_state_dict()))
+    assert ray_session.get(actor.version.remote()) == 7
+    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == lora_translator.greedy(images, QUESTIONS)
