@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tiny models' matrices are too small to gain from threads; two threads on two
+# busy cores made them ~20x slower.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -78,18 +78,45 @@ def test_untrained_logits_are_retrieval_scores_and_stop_anchor(frozen):
     assert torch.allclose(logits.detach(), expected, atol=1e-4)
 
 
+def test_rows_without_candidates_always_stop(frozen):
+    for candidates in ([[], CANDIDATES[1]], [[], []]):
+        batch = featurize(frozen, candidates)
+        assert tuple(frozen.logits(batch).shape) == (2, max(len(row) for row in candidates) + 1)
+        assert frozen.greedy(batch)[0] == ()
+        selections, logprobs = frozen.sample(batch, 3, 1.0)
+        assert selections[0] == [(), (), ()] and logprobs[0] == [0.0, 0.0, 0.0]
+    assert frozen.greedy(batch) == [(), ()]
+
+
+def test_candidate_from_retrieval_hit_decodes_its_image():
+    from mmrag.data.dataset import encode_image
+    from mmrag.retrieval.merge import Hit
+
+    picture = Image.new("RGB", (8, 6), "red")
+    hit = Hit("d1", "Title", "passage", encode_image(picture), "e1", 0.42, 7)
+    candidate = Candidate.from_hit(hit)
+    assert (candidate.text, candidate.retrieval_score, candidate.image.size) == ("passage", 0.42, (8, 6))
+    assert Candidate.from_hit(Hit("d2", "", "text only", None, "e2", 0.1, 8)).image is None
+
+
 def test_untrained_greedy_follows_retrieval_order(frozen, lora):
     scores = [0.21, 0.35, 0.18, 0.33, 0.30]
     candidates = [[Candidate(f"passage {i}", s) for i, s in enumerate(scores)], CANDIDATES[1]]
     for reranker in (frozen, lora):
-        batch = featurize(reranker, candidates)
-        assert reranker.greedy(batch) == [(1, 3), (0,)]
-        # Sampling follows the same scores: the best candidate leads most often.
-        selections, _ = reranker.sample(batch, 400, 1.0, torch.Generator().manual_seed(0))
-        firsts = Counter(selection[0] for selection in selections[0] if selection)
-        assert firsts.most_common(1)[0][0] == 1
-    mean_kept = sum(len(s) for s in selections[0]) / 400
-    assert 1.5 < mean_kept < 2.0, mean_kept  # lora keeps at most max_docs = 2
+        assert reranker.greedy(featurize(reranker, candidates)) == [(1, 3), (0,)]
+
+
+def test_untrained_sampling_keeps_about_two_documents(frozen):
+    scores = [0.21, 0.35, 0.18, 0.33, 0.30]
+    batch = featurize(frozen, [[Candidate(f"passage {i}", s) for i, s in enumerate(scores)], CANDIDATES[1]])
+    every = enumerate_selections(len(scores), frozen.max_docs)
+    probabilities = frozen.logprob(batch, every, [0] * len(every)).exp()
+    expected_kept = sum(p.item() * len(s) for p, s in zip(probabilities, every))
+    assert 1.6 < expected_kept < 1.9  # 1.74 for these scores with max_docs = 3
+    selections, _ = frozen.sample(batch, 400, 1.0, torch.Generator().manual_seed(0))
+    assert sum(len(s) for s in selections[0]) / 400 == pytest.approx(expected_kept, abs=0.15)
+    # The best-scored candidate leads most often.
+    assert Counter(s[0] for s in selections[0] if s).most_common(1)[0][0] == 1
 
 
 @pytest.mark.parametrize("name", ["frozen", "lora"])

@@ -5,6 +5,8 @@ references, weight sync, export round trip, and the Ray replica."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 
 import pytest
 import torch
@@ -89,6 +91,22 @@ def test_sample_returns_n_queries_whose_logprobs_match_policy_logprobs(full_tran
     with torch.no_grad():
         recomputed = full_translator.logprobs(flat_images, flat_questions, queries, temperature=temperature)
     assert torch.allclose(reported, recomputed, atol=1e-3), (reported, recomputed)
+
+
+def test_checkpoint_sampling_defaults_do_not_distort_logprobs(tiny_lvlm_path, zoo_dir, images, tmp_path):
+    """Qwen2-VL-Instruct ships top_k=1, top_p=0.001, repetition_penalty=1.05: they must not apply."""
+    checkpoint = tmp_path / "qwen-like"
+    shutil.copytree(tiny_lvlm_path, checkpoint)
+    shipped = json.loads((checkpoint / "generation_config.json").read_text())
+    shipped.update(do_sample=True, temperature=0.1, top_k=1, top_p=0.001, repetition_penalty=1.05)
+    (checkpoint / "generation_config.json").write_text(json.dumps(shipped))
+    translator = QueryTranslator.from_config(make_config(str(checkpoint)), zoo_dir)
+    torch.manual_seed(4)
+    samples = translator.sample(images[:1], QUESTIONS[:1], n=4, temperature=1.0)[0]
+    assert len({s.text for s in samples}) > 1  # top_k=1 would make all four identical
+    with torch.no_grad():
+        recomputed = translator.logprobs(images[:1] * 4, QUESTIONS[:1] * 4, [s.text for s in samples])
+    assert torch.allclose(torch.tensor([s.logprob for s in samples]), recomputed, atol=1e-3)
 
 
 def test_greedy_is_deterministic(full_translator, images):

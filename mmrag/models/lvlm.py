@@ -47,9 +47,12 @@ def load_lvlm(ref: str, cache_dir: str, dtype: str = "float32", device: str = "c
     # Sampling settings come from the caller only: a checkpoint's generation_config.json
     # (top_k, top_p, repetition penalty, ...) would silently change the sampling
     # distribution away from the one the reported log-probs describe.
-    tokenizer = processor.tokenizer
+    # Only the checkpoint's special token ids are kept.
+    tokenizer, shipped = processor.tokenizer, model.generation_config
     model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id
+        eos_token_id=shipped.eos_token_id if shipped.eos_token_id is not None else tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
     )
     return model, processor
 
@@ -128,8 +131,8 @@ def chat_inputs(
 ) -> BatchFeature:
     """Model inputs for a batch of one-turn chats (image optional per row), prompts left-padded.
 
-    With `responses` (texts, or token ids ending with their stop token) each response is
-    appended as the assistant turn and the batch also holds `response_mask` (1 on response
+    With `responses` each is appended as the assistant turn (a text as its canonical tokens
+    plus end of turn, a list of token ids exactly as given) and the batch also holds `response_mask` (1 on response
     tokens, 0 elsewhere); pop it before calling the model.
     """
     check_batch_lengths(images=images, prompts=prompts, responses=responses)
@@ -151,7 +154,10 @@ def sequence_logprobs(
     responses: list[str] | list[list[int]],
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Summed log-prob of each response (plus its end-of-turn token) given (image, prompt); differentiable.
+    """Summed log-prob of each response given (image, prompt); differentiable.
+
+    A text response is scored with its end-of-turn token, a token-id list as given
+    (e.g. ids from `generate_token_ids`, or the first tokens of a reply).
 
     Log-probs are under softmax(logits / temperature), the distribution `generate` samples from.
     """
@@ -172,9 +178,8 @@ def sequence_logprobs(
 
 def _generation_config(processor, model, max_new_tokens: int, do_sample: bool, temperature: float) -> GenerationConfig:
     """Plain sampling (no top-k/top-p/penalties), stopping at end of turn, which is forced at the last step."""
-    stop_ids = {end_of_turn_id(processor)}
-    configured_eos = model.generation_config.eos_token_id
-    stop_ids.update(configured_eos if isinstance(configured_eos, list) else [configured_eos] if configured_eos else [])
+    configured = model.generation_config.eos_token_id
+    configured = [] if configured is None else [configured] if isinstance(configured, int) else list(configured)
     sampling = dict(temperature=temperature, top_k=0, top_p=1.0, typical_p=1.0) if do_sample else {}
     return GenerationConfig(
         max_new_tokens=max_new_tokens,
@@ -182,7 +187,7 @@ def _generation_config(processor, model, max_new_tokens: int, do_sample: bool, t
         num_beams=1,
         repetition_penalty=1.0,
         no_repeat_ngram_size=0,
-        eos_token_id=sorted(stop_ids),
+        eos_token_id=sorted({end_of_turn_id(processor), *configured}),
         pad_token_id=processor.tokenizer.pad_token_id,
         forced_eos_token_id=end_of_turn_id(processor),
         output_logits=True,
@@ -205,6 +210,8 @@ def generate_token_ids(
         raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
     if do_sample and temperature <= 0:
         raise ValueError(f"temperature: expected > 0 when sampling, got {temperature}")
+    if not prompts:
+        return SampledTokens(token_ids=[], logprobs=torch.zeros(0))
     inputs = chat_inputs(processor, images, prompts).to(model.device)
     config = _generation_config(processor, model, max_new_tokens, do_sample, temperature)
     with torch.no_grad():

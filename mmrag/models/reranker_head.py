@@ -3,17 +3,22 @@
 Sits between the CLIP features (`mmrag.models.reranker.AdaptiveReranker.featurize`) and the
 Plackett-Luce policy: a head maps query features [B, 3, D] (question image, question text,
 translated query) and document features [B, K, D] to a correction [B, K] that is added to the
-retrieval logits; `StopScorer` maps the query features to the STOP item's learned offset.
-Every output layer starts at zero, so an untrained reranker ranks exactly like the retriever.
+retrieval logits; `StopScorer` gives the STOP item's logit, a data-dependent anchor plus a
+learned offset. Every output layer starts at zero, so an untrained reranker ranks exactly
+like the retriever and keeps its top 2 candidates when greedy.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 QUERY_TOKENS = 3
 """Query-side feature vectors per row: question image, question text, translated query."""
+
+KEPT_AT_START = 2
+"""Candidates an untrained reranker keeps when decoding greedily (see `stop_anchor`)."""
 
 
 def zero_init_linear(in_features: int, out_features: int) -> nn.Linear:
@@ -75,20 +80,40 @@ class CrossAttentionScoringHead(nn.Module):
         return self.mlp(inputs).squeeze(-1)
 
 
-class StopScorer(nn.Module):
-    """Learned STOP offset: a linear function of the query features plus a bias, both zero at start.
+def stop_anchor(candidate_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Midpoint of the 2nd- and 3rd-highest valid candidate logits: [B, K] (+ mask [B, K]) -> [B].
 
-    The reranker adds this offset to a data-dependent anchor taken from the candidate logits
-    (see `AdaptiveReranker.stop_logit`), so training moves STOP relative to the candidates.
+    Greedy decoding keeps the candidates that beat STOP, so an untrained reranker keeps exactly
+    its top `KEPT_AT_START`. A row with fewer valid candidates continues its ranking one logit
+    below its lowest for each missing rank, so it keeps all of them; a row with none gets -2.5.
+    """
+    ranks_needed = KEPT_AT_START + 1
+    valid_logits = candidate_logits.masked_fill(~mask, float("-inf"))
+    ranked = F.pad(valid_logits, (0, ranks_needed), value=float("-inf")).sort(dim=1, descending=True).values
+    ranked = ranked[:, :ranks_needed]
+    num_valid = mask.sum(dim=1, keepdim=True)
+    lowest = ranked.gather(1, (num_valid - 1).clamp(0, ranks_needed - 1))
+    lowest = torch.where(num_valid > 0, lowest, torch.zeros_like(lowest))
+    rank = torch.arange(ranks_needed, device=candidate_logits.device).unsqueeze(0)
+    extended = torch.where(rank < num_valid, ranked, lowest - (rank + 1 - num_valid))
+    return (extended[:, KEPT_AT_START - 1] + extended[:, KEPT_AT_START]) / 2
+
+
+class StopScorer(nn.Module):
+    """STOP logit: `stop_anchor(candidate logits)` + a linear function of the query features + a bias.
+
+    The linear weight and the bias start at zero, so training moves STOP relative to the
+    candidates, starting from the anchor. The anchor is not detached: `logprob` is then the
+    exact gradient of the policy that `sample` draws from.
     """
 
     def __init__(self, feature_dim: int):
         super().__init__()
         self.linear = zero_init_linear(QUERY_TOKENS * feature_dim, 1)
 
-    def forward(self, query: torch.Tensor) -> torch.Tensor:
-        """query [B, 3, D] -> STOP offset [B]."""
-        return self.linear(query.flatten(1)).squeeze(-1)
+    def forward(self, query: torch.Tensor, candidate_logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """query [B, 3, D], candidate logits [B, K], mask [B, K] -> STOP logit [B]."""
+        return stop_anchor(candidate_logits, mask) + self.linear(query.flatten(1)).squeeze(-1)
 
 
 def build_scoring_head(kind: str, feature_dim: int, hidden_dim: int) -> nn.Module:

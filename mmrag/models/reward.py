@@ -7,7 +7,7 @@ reward r_ij, which the rollout tree backpropagates to the translator and reranke
 * `rule`: the answer metric named by `reward.metric` (see `mmrag.metrics.answers`);
 * `hf_classifier`: a sequence classifier reading "question: .. answer: .. reference: ..";
 * `lvlm_judge`: a frozen LVLM asked whether the candidate answer is correct,
-  scored as P(yes) / (P(yes) + P(no)) from its next-token distribution.
+  scored as P(yes) / (P(yes) + P(no)) over the first tokens of its reply.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ REFERENCE_SEPARATOR = " | "
 
 
 class RewardScorer(Protocol):
+    """What `build_reward` returns: one reward in [0, 1] per (question, answer, references) example."""
+
     def score(
         self, questions: Sequence[str], answers: Sequence[str], references: Sequence[Sequence[str]]
     ) -> list[float]: ...
@@ -120,17 +122,30 @@ class ClassifierReward(BatchedModelReward):
         return probabilities.tolist()
 
 
-def _first_token_ids(tokenizer, spellings: Sequence[str]) -> set[int]:
-    """The first token of each spelling: the judge's next token when it replies with that word."""
-    return {tokenizer.encode(spelling, add_special_tokens=False)[0] for spelling in spellings}
+def _token_paths(tokenizer, spellings: Sequence[str]) -> list[tuple[int, ...]]:
+    return [tuple(tokenizer.encode(spelling, add_special_tokens=False)) for spelling in spellings]
+
+
+def _check_prefix_free(paths: list[tuple[int, ...]], model_ref: str) -> None:
+    """Replies starting with two different spellings must be disjoint events for their probabilities to add."""
+    for index, path in enumerate(paths):
+        for other in paths[index + 1 :]:
+            shorter, longer = sorted((path, other), key=len)
+            if longer[: len(shorter)] == shorter:
+                raise ValueError(
+                    f"reward.model: {model_ref!r} tokenizes two of the judge's yes/no spellings so that one "
+                    f"({list(shorter)}) is a prefix of another ({list(longer)}); lvlm_judge cannot tell them apart"
+                )
 
 
 class LvlmJudgeReward(BatchedModelReward):
     """A frozen LVLM judging correctness from a text-only prompt.
 
-    score = P(yes) / (P(yes) + P(no)), where P(yes) sums the next-token probabilities
-    of the first tokens of the YES_SPELLINGS (likewise for no); for a tokenizer that
-    keeps each spelling whole (Qwen2's does) these are the words' exact probabilities.
+    score = P(yes) / (P(yes) + P(no)), where P(yes) sums, over YES_SPELLINGS, the
+    probability that the reply starts with that spelling's tokens (likewise for no).
+    A one-token spelling's probability is read from the next-token distribution (all
+    of them, for Qwen2's tokenizer); a spelling the tokenizer splits is scored token
+    by token with `sequence_logprobs`.
     """
 
     def __init__(self, model_ref: str, cache_dir: str, batch_size: int, dtype: str = "float32", device: str = "cpu"):
@@ -139,17 +154,9 @@ class LvlmJudgeReward(BatchedModelReward):
         super().__init__(batch_size)
         self.device = device
         self.model, self.processor = load_lvlm(model_ref, cache_dir, dtype=dtype, device=device)
-        self.model.eval()
-        tokenizer = self.processor.tokenizer
-        yes_ids = _first_token_ids(tokenizer, YES_SPELLINGS)
-        no_ids = _first_token_ids(tokenizer, NO_SPELLINGS)
-        if yes_ids & no_ids:
-            raise ValueError(
-                f"reward.model: {model_ref!r} tokenizes 'yes' and 'no' to a shared first token; "
-                f"lvlm_judge needs a tokenizer that tells them apart"
-            )
-        self.yes_ids = torch.tensor(sorted(yes_ids), device=device)
-        self.no_ids = torch.tensor(sorted(no_ids), device=device)
+        self.yes_paths = _token_paths(self.processor.tokenizer, YES_SPELLINGS)
+        self.no_paths = _token_paths(self.processor.tokenizer, NO_SPELLINGS)
+        _check_prefix_free(self.yes_paths + self.no_paths, model_ref)
 
     def prompts(self, questions, answers, references) -> list[str]:
         """The judge's user prompts (text only; `chat_inputs` wraps them in the chat template)."""
@@ -158,17 +165,29 @@ class LvlmJudgeReward(BatchedModelReward):
             for question, answer, refs in zip(questions, answers, references)
         ]
 
-    def next_token_logits(self, prompts: list[str]) -> torch.Tensor:
-        """Logits of the assistant's first reply token; prompts are left-padded, so it is the last position."""
+    def next_token_logprobs(self, prompts: list[str]) -> torch.Tensor:
+        """Log-probs of the assistant's first reply token; prompts are left-padded, so it is the last position."""
         from mmrag.models.lvlm import chat_inputs
 
         inputs = chat_inputs(self.processor, [None] * len(prompts), prompts).to(self.device)
-        return self.model(**inputs, logits_to_keep=1).logits[:, -1].float()
+        return torch.log_softmax(self.model(**inputs, logits_to_keep=1).logits[:, -1].float(), dim=-1)
+
+    def reply_logprobs(self, prompts: list[str], paths: list[tuple[int, ...]], first_token: torch.Tensor) -> torch.Tensor:
+        """[batch, len(paths)]: log P(reply starts with path | prompt)."""
+        from mmrag.models.lvlm import sequence_logprobs
+
+        columns = [
+            first_token[:, path[0]] if len(path) == 1
+            else sequence_logprobs(self.model, self.processor, [None] * len(prompts), prompts, [list(path)] * len(prompts))
+            for path in paths
+        ]
+        return torch.stack([column.float().to(first_token.device) for column in columns], dim=1)
 
     def score_batch(self, questions, answers, references) -> list[float]:
-        log_probs = torch.log_softmax(self.next_token_logits(self.prompts(questions, answers, references)), dim=-1)
-        log_p_yes = torch.logsumexp(log_probs[:, self.yes_ids], dim=-1)
-        log_p_no = torch.logsumexp(log_probs[:, self.no_ids], dim=-1)
+        prompts = self.prompts(questions, answers, references)
+        first_token = self.next_token_logprobs(prompts)
+        log_p_yes = torch.logsumexp(self.reply_logprobs(prompts, self.yes_paths, first_token), dim=1)
+        log_p_no = torch.logsumexp(self.reply_logprobs(prompts, self.no_paths, first_token), dim=1)
         # P(yes) / (P(yes) + P(no)) == sigmoid(log P(yes) - log P(no)), without underflow.
         return torch.sigmoid(log_p_yes - log_p_no).tolist()
 

@@ -18,7 +18,15 @@ import torch
 from PIL import Image
 
 from mmrag.config import LoraConfig, TranslatorConfig
-from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, load_processor, sequence_logprobs
+from mmrag.models.lvlm import (
+    decode_response,
+    fill_prompt,
+    generate,
+    generate_token_ids,
+    load_lvlm,
+    load_processor,
+    sequence_logprobs,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,9 @@ class QueryTranslator:
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
-        self.uses_lora = hasattr(model, "disable_adapter")
+        from peft import PeftModel
+
+        self.uses_lora = isinstance(model, PeftModel)
         if self.uses_lora:
             self._reference = None
         else:
@@ -76,6 +86,7 @@ class QueryTranslator:
         return cls(model, processor, cfg)
 
     def prompts(self, questions: list[str]) -> list[str]:
+        """User prompts: `translator.prompt_template` filled with each question."""
         return [fill_prompt(self.cfg.prompt_template, "translator.prompt_template", question=q) for q in questions]
 
     def sample(
@@ -87,14 +98,15 @@ class QueryTranslator:
         max_new_tokens: int | None = None,
     ) -> list[list[QuerySample]]:
         """`n` sampled queries per question (defaults from the config), each with its log-prob."""
-        n = n or self.cfg.num_samples
-        temperature = temperature or self.cfg.temperature
+        n = self.cfg.num_samples if n is None else n
+        temperature = self.cfg.temperature if temperature is None else temperature
+        max_new_tokens = self.cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
         texts, logprobs = generate(
             self.model,
             self.processor,
             images,
             self.prompts(questions),
-            max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+            max_new_tokens=max_new_tokens,
             do_sample=True,
             temperature=temperature,
             num_return_sequences=n,
@@ -104,7 +116,7 @@ class QueryTranslator:
 
     def greedy(self, images: list[Image.Image], questions: list[str]) -> list[str]:
         """The most likely query per question (inference, evaluation)."""
-        texts, _ = generate(
+        generated = generate_token_ids(
             self.model,
             self.processor,
             images,
@@ -112,7 +124,7 @@ class QueryTranslator:
             max_new_tokens=self.cfg.max_new_tokens,
             do_sample=False,
         )
-        return texts
+        return [decode_response(self.processor, ids) for ids in generated.token_ids]
 
     def logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
@@ -136,6 +148,7 @@ class QueryTranslator:
         return sequence_logprobs(self._reference, self.processor, images, prompts, queries, temperature)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """What the learner's optimiser updates (the adapter with LoRA, every weight otherwise)."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:

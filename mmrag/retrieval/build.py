@@ -10,12 +10,14 @@ content, encoder identity, build settings) is unchanged, the build is a no-op.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
@@ -191,3 +193,26 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
         num_docs=sum(entry.num_docs for entry in shards), skipped=dict(reader.skipped), shards=shards)
     manifest.write(index_dir)
     return BuildReport(manifest, True, reason, time.perf_counter() - start)
+
+
+def write_vector_index(index_dir: str | Path, vectors: np.ndarray, docs: pa.Table, cfg: IndexConfig,
+                       encoder: dict[str, str]) -> Manifest:
+    """Shards and manifest for vectors computed elsewhere (benchmarks, tests, precomputed embeddings).
+
+    `docs` has one row per vector (doc_id, text; optional title, image, entity_id); the
+    manifest's content hash is taken over the vectors, since there is no KB file.
+    """
+    index_dir = Path(index_dir)
+    index_dir.mkdir(parents=True, exist_ok=True)
+    _remove_previous_build(index_dir)
+    writer = ShardSetWriter(index_dir, cfg.num_shards, vectors.shape[1])
+    writer.add(vectors, docs)
+    shards = writer.finish(cfg)
+    content_sha256 = hashlib.sha256(np.ascontiguousarray(vectors, dtype=np.float32).tobytes()).hexdigest()
+    settings = build_settings(cfg)
+    manifest = Manifest(
+        fingerprint=build_fingerprint(content_sha256, encoder, settings), kb_path="", kb_sha256=content_sha256,
+        encoder=encoder, dim=vectors.shape[1], settings=settings, kb_rows=len(vectors), num_docs=len(vectors),
+        skipped={}, shards=shards)
+    manifest.write(index_dir)
+    return manifest

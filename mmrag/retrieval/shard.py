@@ -54,6 +54,19 @@ def build_faiss_index(vectors: np.ndarray, cfg: IndexConfig) -> tuple[faiss.Inde
     return index, params
 
 
+def _docstore_rows(docs: pa.Table, index_ids: np.ndarray) -> pa.Table:
+    """`docs` in the doc store's schema; absent optional columns become "" (image: null)."""
+    columns = {"index_id": pa.array(index_ids)}
+    for field in DOCSTORE_SCHEMA.remove(0):
+        if field.name in docs.column_names:
+            columns[field.name] = docs.column(field.name)
+        elif field.name in ("doc_id", "text"):
+            raise ValueError(f"doc rows lack required column {field.name!r} (found: {', '.join(docs.column_names)})")
+        else:
+            columns[field.name] = pa.nulls(docs.num_rows, field.type) if field.name == "image" else [""] * docs.num_rows
+    return pa.table(columns).cast(DOCSTORE_SCHEMA)
+
+
 class ShardSetWriter:
     """Writes S shards under `index_dir`: doc stores streamed as rows arrive, indexes at `finish`.
 
@@ -72,13 +85,12 @@ class ShardSetWriter:
                           for name in self.names]
 
     def add(self, vectors: np.ndarray, docs: pa.Table) -> None:
-        """Append documents (columns doc_id, title, text, image, entity_id) and their vectors."""
+        """Append documents (columns doc_id, text; optional title, image, entity_id) and their vectors."""
         if vectors.shape != (docs.num_rows, self.dim):
             raise ValueError(f"ShardSetWriter.add: vectors of shape {vectors.shape} for {docs.num_rows} docs; "
                              f"expected ({docs.num_rows}, {self.dim})")
         index_ids = np.arange(self.num_docs, self.num_docs + docs.num_rows, dtype=np.int64)
-        rows = docs.select(DOCSTORE_SCHEMA.names[1:]).add_column(0, "index_id", pa.array(index_ids))
-        rows = rows.cast(DOCSTORE_SCHEMA)
+        rows = _docstore_rows(docs, index_ids)
         for shard in range(self.num_shards):
             mine = np.flatnonzero(index_ids % self.num_shards == shard)
             if len(mine):

@@ -35,16 +35,20 @@ class LocalPipeline:
     reward: object
 
     @classmethod
-    def from_config(cls, cfg: Config, device: str = "cpu") -> LocalPipeline:
+    def from_config(cls, cfg: Config, device: str = "cpu", checkpoint: str | None = None) -> LocalPipeline:
+        """Load every component; `checkpoint` (RUN_DIR/export) replaces the untrained translator and reranker."""
         from mmrag.models.clip_encoder import ClipEncoder
         from mmrag.models.generator import build_generator
         from mmrag.models.reward import build_reward
         from mmrag.retrieval.merge import LocalRetriever
+        from mmrag.training.export import load_reranker_weights, with_exported_translator
 
         cache = cfg.zoo.cache_dir
         if not (Path(cfg.index.dir) / "manifest.json").exists():
             raise FileNotFoundError(f"index.dir: no index at {cfg.index.dir} (build it with `mmrag index`)")
-        return cls(
+        if checkpoint is not None:
+            cfg = with_exported_translator(cfg, checkpoint)
+        pipeline = cls(
             cfg=cfg,
             translator=QueryTranslator.from_config(cfg.translator, cache, device),
             encoder=ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size),
@@ -53,6 +57,9 @@ class LocalPipeline:
             generator=build_generator(cfg.generator, cache, device),
             reward=build_reward(cfg.reward, cache, device),
         )
+        if checkpoint is not None:
+            load_reranker_weights(pipeline.reranker, checkpoint)
+        return pipeline
 
     def translate(self, images: list[Image.Image], questions: list[str], n: int) -> list[list[QuerySample]]:
         return self.translator.sample(images, questions, n, self.cfg.translator.temperature)

@@ -23,6 +23,7 @@ from mmrag.config import Config, config_to_dict
 from mmrag.data.dataset import Question, load_questions
 from mmrag.rl.rollout import Node, backprop_values, compute_advantages, leaves, nodes_at, shuffle_leaf_rewards
 from mmrag.training.evaluate import evaluate
+from mmrag.training.export import save_export
 from mmrag.training.ledger import MetricsLedger
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.rollout_batch import StageTimer, rollout_batch
@@ -118,9 +119,7 @@ def train_reference(cfg: Config, progress: bool = True) -> dict:
         if step % cfg.train.eval_every == 0 or step == cfg.train.steps:
             evaluations[step] = _evaluate(pipeline, held_out, ledger, step)
     ledger.close()
-    export_dir = run_dir / "export"
-    pipeline.translator.export(str(export_dir / "translator"))
-    torch.save(pipeline.reranker.trainable_state_dict(), export_dir / "reranker.pt")
+    save_export(run_dir / "export", pipeline.translator, pipeline.reranker, cfg.train.steps, cfg)
     first, last = evaluations[0], evaluations[max(evaluations)]
     return {"initial": first, "final": last, "evaluations": evaluations, "run_dir": str(run_dir)}
 

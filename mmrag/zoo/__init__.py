@@ -145,6 +145,7 @@ def _build(model: ZooModel, cache: Path, seed: int) -> dict:
     module_name, function_name = model.builder.split(":")
     build_fn = getattr(importlib.import_module(module_name), function_name)
     staging = Path(tempfile.mkdtemp(prefix=f".{model.name}.building-", dir=cache))
+    staging.chmod(0o755)  # mkdtemp's private 0700 would hide a shared cache from other users
     try:
         started = time.perf_counter()
         figures = build_fn(staging, str(cache), seed)

@@ -100,16 +100,17 @@ def clip_loss(a: torch.Tensor, b: torch.Tensor, logit_scale: torch.Tensor) -> to
 class ContrastiveBatches:
     """Draws (image, caption) and (description + aspect, passage) pairs, whole families at a time."""
 
-    def __init__(self, world: ContrastiveWorld, rng: random.Random) -> None:
+    def __init__(self, world: ContrastiveWorld, rng: random.Random, families_per_batch: int) -> None:
         self.world = world
         self.rng = rng
+        self.families_per_batch = families_per_batch
         self.phrases = aspect_phrases()
         self.views_of: dict[int, list[int]] = {}
         for view, entity in enumerate(world.image_entity):
             self.views_of.setdefault(entity, []).append(view)
 
     def draw(self) -> tuple[torch.Tensor, list[str], list[str], list[str]]:
-        families = self.rng.sample(self.world.families, FAMILIES_PER_BATCH)
+        families = self.rng.sample(self.world.families, self.families_per_batch)
         entities = [e for family in families for e in family]
         views = [self.rng.choice(self.views_of[e]) for e in entities]
         queries, passages = [], []
@@ -120,10 +121,11 @@ class ContrastiveBatches:
         return self.world.images[views], [self.world.captions[e] for e in entities], queries, passages
 
 
-def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int) -> list[float]:
+def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
+        families_per_batch: int = FAMILIES_PER_BATCH) -> list[float]:
     """AdamW with warmup + cosine decay on the two contrastive losses; returns per-step losses."""
     torch.manual_seed(seed)
-    batches = ContrastiveBatches(world, random.Random(seed))
+    batches = ContrastiveBatches(world, random.Random(seed), families_per_batch)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
         (step + 1) / WARMUP_STEPS, 0.5 * (1 + math.cos(math.pi * step / steps))))

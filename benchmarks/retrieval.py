@@ -1,0 +1,160 @@
+"""Retrieval benchmark: sharded Ray actors vs one in-process index (queries/s), and IVF/HNSW recall@10.
+
+Not a test: run `python -m benchmarks.retrieval` from the repository root; it prints a
+Markdown table and appends it, with the machine and date, to benchmarks/RESULTS.md.
+
+* Throughput: random unit vectors (what FAISS costs does not depend on their content),
+  dimension 64 and 768; queries sent in batches as a rollout step would send them. Compared:
+  a bare `faiss.IndexFlatIP` over all vectors (scores and ids only), `LocalRetriever` with one
+  shard (same, plus the doc payloads the pipeline needs), and `RetrievalRouter` over 1, 2, 4
+  `RetrievalShard` actors.
+* Recall@10 of IVF and HNSW shards against exact search, on clustered vectors (documents
+  drawn around a few hundred centres, queries are perturbed documents): uniformly random
+  vectors have no neighbourhood structure and would understate any approximate index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow as pa
+
+from mmrag.config import IndexConfig
+from mmrag.retrieval import LocalRetriever
+from mmrag.retrieval.build import write_vector_index
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+ENCODER = {"model_name": "benchmark-vectors"}
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    return (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+
+
+def random_vectors(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    return unit_rows(rng.standard_normal((n, dim), dtype=np.float32))
+
+
+def clustered_vectors(n: int, dim: int, num_centres: int, spread: float, rng: np.random.Generator) -> np.ndarray:
+    centres = random_vectors(num_centres, dim, rng)
+    noise = rng.standard_normal((n, dim), dtype=np.float32) * (spread / np.sqrt(dim))
+    return unit_rows(centres[rng.integers(0, num_centres, n)] + noise)
+
+
+def doc_rows(n: int) -> pa.Table:
+    return pa.table({"doc_id": [f"d{i}" for i in range(n)], "text": [f"passage {i}" for i in range(n)]})
+
+
+def queries_per_second(search, queries: np.ndarray, batch: int, k: int) -> float:
+    search(queries[:batch], k)  # warm-up: first-call allocations, actor connections
+    start = time.perf_counter()
+    for offset in range(0, len(queries), batch):
+        search(queries[offset:offset + batch], k)
+    return len(queries) / (time.perf_counter() - start)
+
+
+def throughput_rows(dim: int, num_docs: int, num_queries: int, batch: int, k: int, work: Path) -> list[list[str]]:
+    from actors.retrieval import RetrievalRouter
+
+    rng = np.random.default_rng(dim)
+    vectors, queries = random_vectors(num_docs, dim, rng), random_vectors(num_queries, dim, rng)
+    exact = faiss.IndexFlatIP(dim)
+    exact.add(vectors)
+    rows = [[str(dim), "faiss.IndexFlatIP, in-process (ids only)", "1",
+             f"{queries_per_second(exact.search, queries, batch, k):,.0f}"]]
+    for num_shards in (1, 2, 4):
+        cfg = IndexConfig(num_shards=num_shards, index_type="flat", shard_num_cpus=0.5)
+        index_dir = work / f"flat-{dim}-{num_shards}"
+        write_vector_index(index_dir, vectors, doc_rows(num_docs), cfg, ENCODER)
+        if num_shards == 1:
+            local = LocalRetriever(index_dir, cfg)
+            rows.append([str(dim), "LocalRetriever, in-process (with payloads)", "1",
+                         f"{queries_per_second(local.search, queries, batch, k):,.0f}"])
+        router = RetrievalRouter.launch(index_dir, cfg)
+        rows.append([str(dim), "RetrievalRouter + RetrievalShard actors", str(num_shards),
+                     f"{queries_per_second(router.search, queries, batch, k):,.0f}"])
+        router.shutdown()
+    return rows
+
+
+def recall_at_k(hits, exact_ids: np.ndarray, k: int) -> float:
+    found = [len({hit.index_id for hit in row[:k]} & set(ids[:k].tolist())) for row, ids in zip(hits, exact_ids)]
+    return sum(found) / (k * len(exact_ids))
+
+
+def recall_rows(dim: int, num_docs: int, num_queries: int, k: int, work: Path) -> list[list[str]]:
+    rng = np.random.default_rng(100 + dim)
+    vectors = clustered_vectors(num_docs, dim, num_centres=500, spread=0.6, rng=rng)
+    queries = unit_rows(vectors[rng.integers(0, num_docs, num_queries)]
+                        + rng.standard_normal((num_queries, dim), dtype=np.float32) * (0.3 / np.sqrt(dim)))
+    exact = faiss.IndexFlatIP(dim)
+    exact.add(vectors)
+    _, exact_ids = exact.search(queries, k)
+    rows = []
+    for index_type, knob, values in (("ivf", "ivf_nprobe", (8, 32)), ("hnsw", "hnsw_ef_search", (64, 128))):
+        build_cfg = IndexConfig(num_shards=2, index_type=index_type)
+        index_dir = work / f"{index_type}-{dim}"
+        start = time.perf_counter()
+        manifest = write_vector_index(index_dir, vectors, doc_rows(num_docs), build_cfg, ENCODER)
+        build_seconds = time.perf_counter() - start
+        for value in values:
+            retriever = LocalRetriever(index_dir, IndexConfig(index_type=index_type, **{knob: value}))
+            params = ", ".join(f"{key}={val}" for key, val in manifest.shards[0].build_params.items())
+            rows.append([str(dim), index_type, f"{params}, {knob}={value}", f"{build_seconds:.1f}",
+                         f"{recall_at_k(retriever.search(queries, k), exact_ids, k):.3f}"])
+    return rows
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-docs", type=int, default=100_000, help="vectors in the index (default 100000)")
+    parser.add_argument("--queries", type=int, default=1000, help="queries timed per configuration at dim 64")
+    parser.add_argument("--batch", type=int, default=100, help="queries per search call")
+    parser.add_argument("--recall-queries", type=int, default=500, help="queries for recall@10")
+    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
+    args = parser.parse_args()
+
+    import ray
+
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    started, k = time.perf_counter(), 10
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        throughput = throughput_rows(64, args.num_docs, args.queries, args.batch, k, work)
+        # 768-d flat search costs 12x more per query; fewer queries keep the run short.
+        throughput += throughput_rows(768, args.num_docs, max(args.batch, args.queries // 5), args.batch, k, work)
+        recall = recall_rows(64, args.num_docs, args.recall_queries, k, work)
+        recall += recall_rows(768, args.num_docs // 4, args.recall_queries, k, work)
+    ray.shutdown()
+
+    machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores"
+    report = "\n\n".join([
+        f"## Retrieval ({datetime.date.today().isoformat()})",
+        f"Machine: {machine}. faiss {faiss.__version__} (CPU). {args.num_docs:,} vectors, top-{k}, "
+        f"batches of {args.batch} queries; Ray actors get 0.5 CPU each. Run time {time.perf_counter() - started:.0f}s.",
+        markdown(["dim", "searcher", "shards", "queries/s"], throughput),
+        f"Recall@{k} against exact search, 2 shards, clustered vectors "
+        f"({args.num_docs:,} at dim 64, {args.num_docs // 4:,} at dim 768), {args.recall_queries} queries:",
+        markdown(["dim", "index", "parameters", "build s", f"recall@{k}"], recall),
+    ])
+    print(report)
+    if not args.no_append:
+        with RESULTS.open("a") as results:
+            results.write(("\n\n" if RESULTS.exists() and RESULTS.stat().st_size else "") + report + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The command line: README and CI agree, and every command explains its options."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    blocks = re.findall(r"```bash\n(.*?)\n```", (ROOT / "README.md").read_text(), re.S)
+    quickstart = [b for b in blocks if b.startswith("python3.11 -m venv")]
+    assert len(quickstart) == 2, "the Quickstart has exactly two commands"
+    ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines()
+                if line and not line.startswith(("#", "set ", "cd "))]
+    assert ci_lines == [quickstart[1]]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_option_has_help(command):
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices[command]
+    for action in sub._actions:
+        if action.dest != "help":
+            assert action.help, f"mmrag {command} {action.option_strings}: no help text"
+
+
+def test_module_entry_point_help():
+    out = subprocess.run([sys.executable, "-m", "pipelines.synth", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert out.startswith("usage: python -m pipelines.synth") and "--entities" in out
+
+
+def test_bad_override_is_one_line_error():
+    args = build_parser().parse_args(["synth", "--set", "data.nope=1"])
+    with pytest.raises(SystemExit) as exit_info:
+        args.run(args)
+    assert "data.nope: unknown key" in str(exit_info.value)
