@@ -63,7 +63,7 @@ class RetrievalRouter:
 
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """The global top-`k` documents of each query vector (rows of `query_vectors`)."""
-        queries = self.manifest.check_query_vectors(query_vectors)
+        queries = self.manifest.check_search(query_vectors, k)
         queries_ref = ray.put(queries)
         return merge_topk(ray.get([shard.search.remote(queries_ref, k) for shard in self.shards]), k)
 

@@ -192,8 +192,8 @@ class RewardConfig:
 
 @dataclass
 class TrainConfig:
-    mode: Literal["local-reference"] = "local-reference"
-    """`local-reference`: the whole algorithm in one process (the yardstick trainer)."""
+    mode: Literal["local-reference", "distributed"] = "local-reference"
+    """`local-reference`: the whole algorithm in one process (the yardstick trainer); `distributed`: actors on Ray."""
     run_dir: str = "runs/local"
     """Where metrics.jsonl, TensorBoard events, checkpoints and exports go."""
     steps: int = 200
@@ -238,6 +238,12 @@ class LearnerConfig:
     """DeepSpeed ZeRO stage (0-3)."""
     use_gpu: bool = False
     """One GPU per learner worker."""
+    num_cpus_per_worker: float = 1.0
+    """CPUs reserved by each learner worker."""
+    actor_num_cpus: float = 0.5
+    """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
+    queue_depth: int = 1
+    """Asynchronous mode: experience batches rolled out ahead of the learner (batches older than max_policy_lag are dropped)."""
 
 
 @dataclass
@@ -246,6 +252,44 @@ class RayConfig:
     """Cluster address; empty starts a local single-node Ray."""
     num_cpus: int = 8
     """CPUs declared to a local Ray (may exceed the cores, to place more actors)."""
+
+
+@dataclass
+class ServingConfig:
+    host: str = "127.0.0.1"
+    """Interface the Serve HTTP proxy binds (`mmrag serve`)."""
+    port: int = 8000
+    """Port of the Serve HTTP proxy."""
+    max_image_bytes: int = 4_000_000
+    """Largest accepted encoded image (after base64 decoding), in bytes; larger is a 413."""
+    max_image_side: int = 2048
+    """Largest accepted image width or height, in pixels; larger is a 413."""
+    max_question_chars: int = 1000
+    """Longest accepted question, in characters."""
+    max_top_k: int = 50
+    """Largest `options.top_k` a request may ask for (the default is `index.top_k`)."""
+    snippet_chars: int = 240
+    """Evidence snippets are the document text cut to this many characters."""
+    translator_replicas: int = 1
+    """Replicas of the translator deployment (GPUs each: `translator.num_gpus`)."""
+    encoder_replicas: int = 1
+    """Replicas of the query encoder deployment (GPUs each: `encoder.num_gpus`)."""
+    shard_replicas: int = 1
+    """Replicas of each retrieval shard deployment (GPUs each: `index.shard_num_gpus`)."""
+    reranker_replicas: int = 1
+    """Replicas of the reranker deployment (GPUs each: `reranker.num_gpus`)."""
+    generator_replicas: int = 1
+    """Replicas of the generator deployment (GPUs each: `generator.num_gpus`)."""
+    ingress_replicas: int = 1
+    """Replicas of the HTTP ingress deployment (validation and stage orchestration, no model)."""
+    replica_num_cpus: float = 0.5
+    """CPUs reserved by each replica of every deployment."""
+    max_ongoing_requests: int = 32
+    """Requests one replica works on at once (at least `max_batch_size`, so batches can fill)."""
+    max_batch_size: int = 8
+    """Most requests one `@serve.batch` call of a model deployment groups together."""
+    batch_wait_timeout_s: float = 0.005
+    """How long a model deployment waits to fill a batch before running a partial one."""
 
 
 @dataclass
@@ -263,6 +307,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
 
 
 def _coerce(value: Any, tp: Any, path: str) -> Any:

@@ -10,6 +10,11 @@ COMMANDS = {
     "synth": "pipelines.synth",
     "index": "pipelines.index",
     "train": "pipelines.train",
+    "serve": "pipelines.serve",
+    "plan": "pipelines.plan",
+    "eval": "pipelines.eval",
+    "report": "pipelines.report",
+    "convert": "pipelines.convert",
 }
 
 

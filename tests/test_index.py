@@ -62,6 +62,12 @@ def test_flat_shards_merge_to_exact_search(tmp_path, num_shards):
     assert hits[0][0].entity_id == f"e{exact_ids[0][0] % 7}" and (hits[0][0].title, hits[0][0].image) == ("", None)
 
 
+def test_failed_shard_write_leaves_no_files(tmp_path):
+    with pytest.raises(ValueError, match="shard 4 of 5 got no documents.*at most 4"):
+        write_vector_index(tmp_path, unit_vectors(4, 8, seed=5), doc_table(4), IndexConfig(num_shards=5), RANDOM_ENCODER)
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+
+
 def test_merge_topk_ranks_by_score_then_index_id():
     def hit(index_id: int, score: float) -> Hit:
         return Hit(f"doc{index_id}", "", "", None, "", score, index_id)
@@ -84,8 +90,14 @@ def test_ivf_clamps_nlist_and_hnsw_finds_stored_vectors():
     assert params == {"hnsw_m": 8} and (ids[:, 0] == np.arange(50)).mean() >= 0.98
 
 
-def test_wrong_query_dimension_and_missing_shard_file_are_named(tmp_path):
-    write_vector_index(tmp_path, unit_vectors(50, 16, seed=3), doc_table(50), IndexConfig(num_shards=2), RANDOM_ENCODER)
+def test_wrong_encoder_query_dimension_and_missing_shard_file_are_named(tmp_path):
+    manifest = write_vector_index(tmp_path, unit_vectors(50, 16, seed=3), doc_table(50), IndexConfig(num_shards=2),
+                                  RANDOM_ENCODER)
+    manifest.check_encoder(RANDOM_ENCODER, 16)
+    with pytest.raises(ValueError, match="gives 8-d vectors but the index holds 16-d vectors"):
+        manifest.check_encoder(RANDOM_ENCODER, 8)
+    with pytest.raises(ValueError, match="differs from the one the index was built with"):
+        manifest.check_encoder({"model_name": "ViT-L-14", "pretrained": "openai"}, 16)
     retriever = LocalRetriever(tmp_path, IndexConfig())
     with pytest.raises(ValueError, match=r"shape \(2, 8\).*holds 16-d vectors"):
         retriever.search(unit_vectors(2, 8, seed=4), 5)

@@ -26,7 +26,14 @@ from tqdm import tqdm
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.dataset import KB_REQUIRED, decode_image
 from mmrag.models.clip_encoder import ClipEncoder, encoder_identity
-from mmrag.retrieval.manifest import MANIFEST_NAME, Manifest, build_fingerprint, file_sha256
+from mmrag.retrieval.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardEntry,
+    build_fingerprint,
+    file_sha256,
+    vector_identity,
+)
 from mmrag.retrieval.shard import ShardSetWriter
 
 KB_OPTIONAL = ("title", "image", "entity_id")
@@ -57,12 +64,6 @@ def build_settings(cfg: IndexConfig) -> dict[str, Any]:
     return settings
 
 
-def _vector_identity(identity: dict[str, str]) -> dict[str, str]:
-    """The encoder as far as its vectors go: the checkpoint's content, not where it lies."""
-    weights = identity["checkpoint_sha256"] or identity["pretrained"]
-    return {"model_name": identity["model_name"], "weights": weights}
-
-
 def _rebuild_reason(index_dir: Path, fingerprint: str, kb_sha256: str, identity: dict, settings: dict,
                    force: bool) -> str:
     """Why the index must be (re)built, or "" when the existing one matches."""
@@ -77,7 +78,7 @@ def _rebuild_reason(index_dir: Path, fingerprint: str, kb_sha256: str, identity:
         return f"shard file missing: {missing[0].name}" if missing else ""
     if old.kb_sha256 != kb_sha256:
         return "KB changed"
-    if _vector_identity(old.encoder) != _vector_identity(identity):
+    if vector_identity(old.encoder) != vector_identity(identity):
         return "encoder changed"
     return "index settings changed"
 
@@ -152,21 +153,21 @@ class _RowReader:
 
 
 def _embed_kb(kb_path: Path, index_dir: Path, cfg: IndexConfig, encoder: ClipEncoder, progress: bool
-              ) -> tuple[_RowReader, list]:
+              ) -> tuple[_RowReader, list[ShardEntry]]:
     parquet = pq.ParquetFile(kb_path)
     reader = _RowReader(kb_path, parquet.schema_arrow, cfg.on_bad_row)
-    writer = ShardSetWriter(index_dir, cfg.num_shards, encoder.dim)
     columns = [name for name in (*KB_REQUIRED, *KB_OPTIONAL) if name in parquet.schema_arrow.names]
-    with tqdm(total=parquet.metadata.num_rows, desc="embedding KB", unit="row", disable=not progress) as bar:
+    with ShardSetWriter(index_dir, cfg.num_shards, encoder.dim) as writer, \
+            tqdm(total=parquet.metadata.num_rows, desc="embedding KB", unit="row", disable=not progress) as bar:
         for batch in parquet.iter_batches(batch_size=cfg.batch_size, columns=columns):
             docs, images = reader.read(batch)
             if docs:
                 vectors = encoder.encode_documents([doc["text"] for doc in docs], images, cfg.fusion)
                 writer.add(vectors, pa.Table.from_pylist(docs))
             bar.update(batch.num_rows)
-    if writer.num_docs == 0:
-        raise KBRowError(f"{kb_path}: no usable rows out of {reader.rows_read} (skipped: {dict(reader.skipped)})")
-    return reader, writer.finish(cfg)
+        if writer.num_docs == 0:
+            raise KBRowError(f"{kb_path}: no usable rows out of {reader.rows_read} (skipped: {dict(reader.skipped)})")
+        return reader, writer.finish(cfg)
 
 
 def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConfig, encoder_cfg: EncoderConfig,
@@ -179,7 +180,7 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
     kb_sha256 = file_sha256(kb_path)
     identity = encoder_identity(encoder_cfg.model_name, encoder_cfg.pretrained, cache_dir)
     settings = build_settings(index_cfg)
-    fingerprint = build_fingerprint(kb_sha256, _vector_identity(identity), settings)
+    fingerprint = build_fingerprint(kb_sha256, vector_identity(identity), settings)
     reason = _rebuild_reason(index_dir, fingerprint, kb_sha256, identity, settings, force)
     if not reason:
         return BuildReport(Manifest.read(index_dir), False, "unchanged", time.perf_counter() - start)
@@ -188,8 +189,7 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
     encoder = ClipEncoder(encoder_cfg.model_name, encoder_cfg.pretrained, cache_dir, device, encoder_cfg.batch_size)
     reader, shards = _embed_kb(kb_path, index_dir, index_cfg, encoder, progress)
     manifest = Manifest(
-        fingerprint=fingerprint, kb_path=str(kb_path),
-        kb_sha256=kb_sha256, encoder=identity, dim=encoder.dim, settings=settings, kb_rows=reader.rows_read,
+        fingerprint=fingerprint, kb_path=str(kb_path), kb_sha256=kb_sha256, encoder=identity, dim=encoder.dim, settings=settings, kb_rows=reader.rows_read,
         num_docs=sum(entry.num_docs for entry in shards), skipped=dict(reader.skipped), shards=shards)
     manifest.write(index_dir)
     return BuildReport(manifest, True, reason, time.perf_counter() - start)
@@ -205,13 +205,14 @@ def write_vector_index(index_dir: str | Path, vectors: np.ndarray, docs: pa.Tabl
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
     _remove_previous_build(index_dir)
-    writer = ShardSetWriter(index_dir, cfg.num_shards, vectors.shape[1])
-    writer.add(vectors, docs)
-    shards = writer.finish(cfg)
+    with ShardSetWriter(index_dir, cfg.num_shards, vectors.shape[1]) as writer:
+        writer.add(vectors, docs)
+        shards = writer.finish(cfg)
     content_sha256 = hashlib.sha256(np.ascontiguousarray(vectors, dtype=np.float32).tobytes()).hexdigest()
     settings = build_settings(cfg)
     manifest = Manifest(
-        fingerprint=build_fingerprint(content_sha256, encoder, settings), kb_path="", kb_sha256=content_sha256,
+        fingerprint=build_fingerprint(content_sha256, vector_identity(encoder), settings), kb_path="",
+        kb_sha256=content_sha256,
         encoder=encoder, dim=vectors.shape[1], settings=settings, kb_rows=len(vectors), num_docs=len(vectors),
         skipped={}, shards=shards)
     manifest.write(index_dir)

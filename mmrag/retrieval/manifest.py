@@ -78,8 +78,20 @@ class Manifest:
         files = [Path(index_dir) / name for entry in self.shards for name in (entry.index_file, entry.docstore_file)]
         return [path for path in files if not path.is_file()]
 
-    def check_query_vectors(self, query_vectors: np.ndarray) -> np.ndarray:
+    def check_encoder(self, identity: dict[str, str], dim: int) -> None:
+        """ValueError unless an encoder (`ClipEncoder.identity`, `.dim`) gives this index's vectors."""
+        if dim != self.dim:
+            raise ValueError(f"encoder {identity.get('model_name')!r} ({identity.get('pretrained')!r}) gives {dim}-d "
+                             f"vectors but the index holds {self.dim}-d vectors from {self.encoder.get('model_name')!r} "
+                             f"({self.encoder.get('pretrained')!r}); rebuild the index with `mmrag index`")
+        if vector_identity(identity) != vector_identity(self.encoder):
+            raise ValueError(f"encoder {vector_identity(identity)} differs from the one the index was built with "
+                             f"({vector_identity(self.encoder)}); rebuild the index with `mmrag index`")
+
+    def check_search(self, query_vectors: np.ndarray, k: int) -> np.ndarray:
         """`query_vectors` as a contiguous float32 [n, dim] matrix, or a ValueError naming the mismatch."""
+        if k < 1:
+            raise ValueError(f"k: expected a positive number of documents per query, got {k}")
         queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise ValueError(
@@ -87,6 +99,12 @@ class Manifest:
                 f"vectors from encoder {self.encoder.get('model_name')!r} ({self.encoder.get('pretrained')!r}); "
                 f"encode queries with that encoder, or rebuild the index with `mmrag index`")
         return queries
+
+
+def vector_identity(identity: dict[str, str]) -> dict[str, str]:
+    """An encoder as far as its vectors go: model name and checkpoint content, not where the file lies."""
+    weights = identity.get("checkpoint_sha256") or identity.get("pretrained", "")
+    return {"model_name": identity.get("model_name", ""), "weights": weights}
 
 
 def file_sha256(path: str | Path) -> str:

@@ -68,5 +68,5 @@ class LocalRetriever:
 
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
         """The global top-`k` documents of each query vector (rows of `query_vectors`)."""
-        queries = self.manifest.check_query_vectors(query_vectors)
+        queries = self.manifest.check_search(query_vectors, k)
         return merge_topk([shard.search(queries, k) for shard in self.shards], k)

@@ -13,6 +13,7 @@ memory-maps its doc store, and answers a batch of query vectors with its top-K `
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
 import faiss
 import numpy as np
@@ -71,6 +72,7 @@ class ShardSetWriter:
     """Writes S shards under `index_dir`: doc stores streamed as rows arrive, indexes at `finish`.
 
     Vectors are held in memory until `finish` (IVF must see all of a shard's vectors to train).
+    Use it as a context manager, so that an error midway removes the partial files.
     """
 
     def __init__(self, index_dir: str | Path, num_shards: int, dim: int) -> None:
@@ -112,20 +114,29 @@ class ShardSetWriter:
             entries.append(ShardEntry(f"{name}.faiss", f"{name}.arrow", len(vectors), params))
         return entries
 
+    def __enter__(self) -> Self:
+        return self
 
-def _search_ready(index: faiss.Index, cfg: IndexConfig) -> faiss.Index:
-    """Apply search-time parameters, and move the index to GPU FAISS when that is allowed and possible."""
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        """On an error, close and delete every file written so far: a failed build leaves no stray shards."""
+        if exc_type is None:
+            return
+        for docstore, name in zip(self.docstores, self.names):
+            docstore.close()  # closing twice is harmless
+            for suffix in (".arrow", ".faiss"):
+                (self.index_dir / f"{name}{suffix}").unlink(missing_ok=True)
+
+
+def _set_search_params(index: faiss.Index, cfg: IndexConfig) -> None:
     if isinstance(index, faiss.IndexIVF):
         index.nprobe = cfg.ivf_nprobe
     if isinstance(index, faiss.IndexHNSW):
         index.hnsw.efSearch = cfg.hnsw_ef_search
-        return index  # FAISS has no GPU HNSW; it stays on CPU.
-    if cfg.use_gpu and faiss.get_num_gpus() > 0:
-        gpu_index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
-        if isinstance(index, faiss.IndexIVF):
-            gpu_index.nprobe = cfg.ivf_nprobe
-        return gpu_index
-    return index
+
+
+def _gpu_allowed(index: faiss.Index, cfg: IndexConfig) -> bool:
+    """GPU FAISS when the config allows it and this process sees a GPU; FAISS has no GPU HNSW."""
+    return cfg.use_gpu and faiss.get_num_gpus() > 0 and not isinstance(index, faiss.IndexHNSW)
 
 
 class ShardSearcher:
@@ -137,7 +148,12 @@ class ShardSearcher:
             if not path.is_file():
                 raise FileNotFoundError(f"{path}: shard file listed in the index manifest is missing; "
                                         f"rebuild the index with `mmrag index --force`")
-        self.index = _search_ready(faiss.read_index(str(index_path)), cfg)
+        self.index = faiss.read_index(str(index_path))
+        _set_search_params(self.index, cfg)
+        self.gpu_resources = None
+        if _gpu_allowed(self.index, cfg):
+            self.gpu_resources = faiss.StandardGpuResources()  # must outlive the GPU index
+            self.index = faiss.index_cpu_to_gpu(self.gpu_resources, 0, self.index)  # copies nprobe too
         self.docs = pa.ipc.open_file(pa.memory_map(str(docstore_path))).read_all()
         if self.docs.num_rows != self.index.ntotal:
             raise ValueError(f"{docstore_path}: {self.docs.num_rows} doc rows but {index_path} holds "

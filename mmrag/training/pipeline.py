@@ -48,11 +48,14 @@ class LocalPipeline:
             raise FileNotFoundError(f"index.dir: no index at {cfg.index.dir} (build it with `mmrag index`)")
         if checkpoint is not None:
             cfg = with_exported_translator(cfg, checkpoint)
+        encoder = ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size)
+        retriever = LocalRetriever(cfg.index.dir, cfg.index)
+        retriever.manifest.check_encoder(encoder.identity, encoder.dim)
         pipeline = cls(
             cfg=cfg,
             translator=QueryTranslator.from_config(cfg.translator, cache, device),
-            encoder=ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size),
-            retriever=LocalRetriever(cfg.index.dir, cfg.index),
+            encoder=encoder,
+            retriever=retriever,
             reranker=AdaptiveReranker.from_config(cfg.reranker, cache, device),
             generator=build_generator(cfg.generator, cache, device),
             reward=build_reward(cfg.reward, cache, device),

@@ -82,13 +82,13 @@ def rollout_metrics(roots: list[Node]) -> dict[str, float]:
     }
 
 
-def train_reference(cfg: Config, progress: bool = True) -> dict:
-    """Train translator and reranker in this process; returns the first and last evaluations."""
+def train_reference(cfg: Config, progress: bool = True, device: str = "cpu") -> dict:
+    """Train translator and reranker in this process (on `device`); returns the first and last evaluations."""
     seed_everything(cfg.train.seed)
     run_dir = Path(cfg.train.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=2))
-    pipeline = LocalPipeline.from_config(cfg)
+    pipeline = LocalPipeline.from_config(cfg, device)
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     held_out = load_questions(cfg.data.dir, "val")[:cfg.train.eval_questions]
     translator_opt = torch.optim.AdamW(pipeline.translator.trainable_parameters(), lr=cfg.translator.lr)

@@ -1,0 +1,31 @@
+"""Ray Serve deployments of a trained pipeline: one role per module, composed in `app.py`.
+
+Each model deployment wraps the same component the offline `LocalPipeline` loads and
+groups concurrent requests with `@serve.batch`; the ingress validates HTTP input
+(`mmrag.serving.request`) and calls the stages in the greedy inference order.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+from mmrag.config import Config, ServingConfig
+
+
+def prepare_replica(cfg: Config) -> str:
+    """Apply `offline` in this replica's process too, and return its torch device.
+
+    "cuda" when Serve gave the replica a GPU (`num_gpus` in its ray_actor_options), else "cpu".
+    """
+    if cfg.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    return "cuda" if ray.get_gpu_ids() else "cpu"
+
+
+def configure_batching(batched_method, cfg: ServingConfig) -> None:
+    """Apply `serving.max_batch_size` / `batch_wait_timeout_s` to a `@serve.batch` method of this replica."""
+    batched_method.set_max_batch_size(cfg.max_batch_size)
+    batched_method.set_batch_wait_timeout_s(cfg.batch_wait_timeout_s)

@@ -1,0 +1,30 @@
+"""RetrievalShardDeployment: one FAISS shard of the index; the ingress scatters to all and merges.
+
+After the encoder: query vector -> this shard's top-k hits. The ingress gathers every
+shard's hits and merges them with `merge_topk`, as `LocalRetriever` and `RetrievalRouter` do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from ray import serve
+
+from actors.serving import configure_batching
+from mmrag.config import Config
+from mmrag.retrieval.manifest import ShardEntry
+from mmrag.retrieval.merge import Hit
+
+
+@serve.deployment
+class RetrievalShardDeployment:
+    def __init__(self, cfg: Config, entry: ShardEntry):
+        from mmrag.retrieval.shard import ShardSearcher
+
+        self.searcher = ShardSearcher(cfg.index.dir, entry, cfg.index)
+        configure_batching(self.search, cfg.serving)
+
+    @serve.batch
+    async def search(self, vectors: list[np.ndarray], ks: list[int]) -> list[list[Hit]]:
+        """Each vector's top-k hits in this shard; one FAISS search at the batch's largest k."""
+        hits = self.searcher.search(np.stack(vectors).astype(np.float32), max(ks))
+        return [row[:k] for row, k in zip(hits, ks)]
