@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from mmrag.config import Config
 
+
 class PlanDoesNotFit(RuntimeError):
     """A resource plan that asks for more than the cluster has."""
 
@@ -75,9 +76,9 @@ def _place_gpus(group: ActorGroup, free_per_gpu: list[float]) -> bool:
     A fractional share must fit on one device and a whole share takes that many idle
     devices, which is how Ray schedules GPUs; summing fractions would overcount capacity.
     """
+    if group.num_gpus == 0:
+        return True
     for _ in range(group.count):
-        if group.num_gpus == 0:
-            continue
         if group.num_gpus < 1:
             slot = next((i for i, free in enumerate(free_per_gpu) if free >= group.num_gpus - 1e-9), None)
             if slot is None:

@@ -8,6 +8,7 @@ import sys
 
 COMMANDS = {
     "synth": "pipelines.synth",
+    "zoo": "pipelines.zoo",
     "index": "pipelines.index",
     "train": "pipelines.train",
     "serve": "pipelines.serve",

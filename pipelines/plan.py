@@ -17,7 +17,13 @@ import sys
 
 import yaml
 
-from cluster.resources import PlanDoesNotFit, check_fits, declared_capacity, format_plan, resource_plan
+from cluster.resources import (
+    PlanDoesNotFit,
+    check_fits,
+    declared_capacity,
+    format_plan,
+    resource_plan,
+)
 from cluster.runtime_env import runtime_env
 from mmrag.config import Config
 from pipelines.options import add_config_options, config_from_args, run_main

@@ -3,7 +3,7 @@
 Loads RUN_DIR/export of a training run (`--checkpoint`) and the index of the config, and
 deploys translator, query encoder, one deployment per retrieval shard, reranker and
 generator behind a FastAPI ingress on serving.host:serving.port (OpenAPI at /docs).
-Runs until interrupted. The same application runs under `serve run configs/serve.yaml`.
+Runs until interrupted. The same application runs under `serve run configs/serve/local.yaml`.
 
   curl -s localhost:8000/v1/answer -H 'content-type: application/json' \\
        -d '{"image": "'$(base64 -w0 photo.png)'", "question": "When was this built?"}'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,8 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.resources import (ActorGroup, PlanDoesNotFit, check_fits, declared_capacity, plan_totals,
-                               resource_plan)
+from cluster.resources import (
+    ActorGroup,
+    PlanDoesNotFit,
+    check_fits,
+    declared_capacity,
+    plan_totals,
+    resource_plan,
+)
 from cluster.runtime_env import runtime_env
 from mmrag.config import load_config
 
@@ -145,9 +152,9 @@ class _PrivateRayHead:
     Stopped by signalling its own process group (not `ray stop`, which ends every Ray on the machine).
     """
 
-    PORT_FLAGS = ["port", "dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port",
+    PORT_FLAGS = ("port", "dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port",
                   "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port",
-                  "node-manager-port", "object-manager-port"]
+                  "node-manager-port", "object-manager-port")
 
     def __init__(self, num_cpus: int):
         # A short temp dir: Ray's socket paths under it must stay within the 107-byte limit.
@@ -158,27 +165,33 @@ class _PrivateRayHead:
                    "--num-cpus", str(num_cpus), "--num-gpus", "0", "--include-dashboard", "true",
                    "--dashboard-host", "127.0.0.1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
         command += [arg for flag, port in self.ports.items() for arg in (f"--{flag}", str(port))]
-        self.log = open(Path(self.temp_dir) / "head.log", "w")
-        self.process = subprocess.Popen(command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        with open(Path(self.temp_dir) / "head.log", "w") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         self.dashboard = f"http://127.0.0.1:{self.ports['dashboard-port']}"
-        self.gcs_address = f"127.0.0.1:{self.ports['port']}"
+
+        self._address_file = Path(self.temp_dir) / "ray_current_cluster"
+
+    @property
+    def gcs_address(self) -> str:
+        """The address `ray start` recorded (it binds the machine's interface address, not 127.0.0.1)."""
+        return self._address_file.read_text().strip()
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Wait until the dashboard (job API) and the node's dashboard agent (which runs jobs) accept connections."""
+        """Wait until `ray start` has finished (it records the address last) and the job API and agent listen."""
         deadline = time.monotonic() + timeout_s
-        for port in (self.ports["dashboard-port"], self.ports["dashboard-agent-listen-port"]):
-            while not _accepts_connections(port):
-                assert self.process.poll() is None, (Path(self.temp_dir) / "head.log").read_text()[-3000:]
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"ray head in {self.temp_dir}: port {port} not up after {timeout_s}s")
-                time.sleep(1)
+        while not (self._address_file.is_file() and _accepts_connections(self.ports["dashboard-port"])
+                   and _accepts_connections(self.ports["dashboard-agent-listen-port"])):
+            assert self.process.poll() is None, (Path(self.temp_dir) / "head.log").read_text()[-3000:]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ray head in {self.temp_dir} not up after {timeout_s}s")
+            time.sleep(1)
 
     def submit(self, submit_command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
         """Run `ray job submit`, retrying while the job API has not yet seen the node's agent register."""
         deadline = time.monotonic() + timeout_s
         while True:
-            done = subprocess.run(submit_command, env=self.env, capture_output=True, text=True,
+            done = subprocess.run(submit_command, check=False, env=self.env, capture_output=True, text=True,
                                   timeout=max(deadline - time.monotonic(), 1))
             if "No available agent to submit job" not in done.stderr or time.monotonic() > deadline:
                 return done
@@ -191,7 +204,7 @@ class _PrivateRayHead:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
-        self.log.close()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
@@ -214,6 +227,8 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
     head = _PrivateRayHead(num_cpus=8)
     try:
         head.wait_ready(timeout_s=90)
+        plan = subprocess.Popen([sys.executable, "-m", "pipelines.plan", "--address", head.gcs_address], cwd=ROOT,
+                                env=head.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         train = [sys.executable, "-m", "pipelines.train", "--config", "configs/local.yaml", "--no-progress",
                  "--mode", "local-reference", "--run-dir", str(run_dir), "--steps", "2"]
         small = ["train.eval_questions=4", "train.questions_per_step=2", "translator.num_samples=2",
@@ -226,6 +241,9 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
         logs = done.stdout[-4000:] + done.stderr[-2000:]
         # `ray job submit` tails the logs until the job ends and reports its final status.
         assert done.returncode == 0 and "Job 'cluster-test' succeeded" in done.stdout, logs
+        plan_output = plan.communicate(timeout=120)[0]
+        assert plan.returncode == 0, plan_output
+        assert f"capacity (Ray cluster at {head.gcs_address}): 8 CPU, 0 GPU\nfits" in plan_output
     finally:
         head.stop()
     records = read_metrics(run_dir)

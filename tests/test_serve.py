@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import importlib
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +46,11 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def endpoint(ray_session, trained_run):
-    """The application of configs/serve.yaml (its builder, HTTP options and route) serving the tiny checkpoint."""
+    """The application of configs/serve/local.yaml (its builder, HTTP options and route) serving the tiny checkpoint."""
     from ray import serve
 
     _, checkpoint, config_path = trained_run
-    serve_config = yaml.safe_load((ROOT / "configs/serve.yaml").read_text())
+    serve_config = yaml.safe_load((ROOT / "configs/serve/local.yaml").read_text())
     (spec,) = serve_config["applications"]
     module_name, builder_name = spec["import_path"].split(":")
     builder = getattr(importlib.import_module(module_name), builder_name)

@@ -1,7 +1,7 @@
 """The Serve application of a trained pipeline: every deployment placed and bound to the ingress.
 
 `pipeline_app(cfg, checkpoint)` is what `mmrag serve` runs; `build_app(args)` is the
-application builder that configs/serve.yaml names for `serve run` / `serve deploy`.
+application builder that configs/serve/local.yaml names for `serve run` / `serve deploy`.
 Replicas and GPUs per deployment come from the config (`serving.*_replicas`,
 `serving.replica_num_cpus`, and each stage's own `num_gpus`); there is one retrieval
 deployment per index shard.

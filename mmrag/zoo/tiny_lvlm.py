@@ -94,13 +94,12 @@ def build_model_config(processor: Qwen2VLProcessor) -> Qwen2VLConfig:
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    # Deep and wide enough to tell shapes and textures apart, not only colours.
     vision_config = dict(
-        depth=4,
-        embed_dim=128,
+        depth=2,
+        embed_dim=64,
         hidden_size=128,
         num_heads=4,
-        mlp_ratio=4,
+        mlp_ratio=2,
         patch_size=PATCH_SIZE,
         spatial_merge_size=MERGE_SIZE,
         temporal_patch_size=TEMPORAL_PATCH_SIZE,
