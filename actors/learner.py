@@ -59,7 +59,8 @@ def _give_scalars_a_dimension(module: torch.nn.Module) -> torch.nn.Module:
     for name, param in module.named_parameters():
         if param.dim() == 0:
             if param.requires_grad:
-                raise ValueError(f"{name}: a trainable 0-dim parameter cannot go to a DeepSpeed engine; make it [1]")
+                raise ValueError(f"{name}: a trainable 0-dim parameter cannot go to a DeepSpeed engine; "
+                                 "declare it with shape [1]")
             param.data = param.data.reshape(1)
     return module
 
@@ -83,12 +84,13 @@ class _Worker:
         self.translator = QueryTranslator.from_config(cfg.translator, cfg.zoo.cache_dir, device)
         self.reranker = AdaptiveReranker.from_config(cfg.reranker, cfg.zoo.cache_dir, device)
         stage = cfg.learner.zero_stage
+        reranker_trainable = [p for p in self.reranker.parameters() if p.requires_grad]
         self.engines = {
             "translator": deepspeed.initialize(
                 model=self.translator.model, model_parameters=self.translator.trainable_parameters(),
                 config=deepspeed_config(cfg.translator.lr, self.world, stage, cfg.translator.dtype))[0],
             "reranker": deepspeed.initialize(
-                model=_give_scalars_a_dimension(self.reranker), model_parameters=[p for p in self.reranker.parameters() if p.requires_grad],
+                model=_give_scalars_a_dimension(self.reranker), model_parameters=reranker_trainable,
                 config=deepspeed_config(cfg.reranker.lr, self.world, stage, "float32"))[0],
         }
 

@@ -58,3 +58,7 @@ class RerankerActor:
     def version(self) -> int:
         """The weights version this replica samples with (0: initial weights)."""
         return self.policy_version
+
+    def reseed(self, seed: int) -> None:
+        """Make the next samples a function of `seed` alone (resumable, reproducible rollouts)."""
+        self.generator.manual_seed(seed)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import ray
-import torch
 
 from actors.encoder import EncoderActor
 from actors.generator import GeneratorActor
@@ -24,15 +23,6 @@ from actors.reward import RewardActor
 from actors.translator import TranslatorActor
 from mmrag.config import Config
 from mmrag.training.pipeline import candidates_of
-
-
-def _reseed_translator(actor, seed: int) -> None:
-    # TranslatorActor samples from its process-wide torch generator.
-    torch.manual_seed(seed)
-
-
-def _reseed_reranker(actor, seed: int) -> None:
-    actor.generator.manual_seed(seed)
 
 
 def _chunks(count: int, parts: int) -> list[slice]:
@@ -80,13 +70,13 @@ class ActorStages:
         )
         # Surface a model that fails to load here, naming the actor, rather than mid-rollout.
         ray.get([stages.translator.version.remote(), stages.reranker.version.remote(), stages.encoder.dim.remote()]
-                + [g.throughput.remote() for g in stages.generators] + [r.__ray_ready__.remote() for r in stages.rewards])
+                + [g.throughput.remote() for g in stages.generators]
+                + [r.__ray_ready__.remote() for r in stages.rewards])
         return stages
 
     def reseed(self, seed: int) -> None:
         """Make the policy replicas' next samples a function of `seed` alone."""
-        ray.get([self.translator.__ray_call__.remote(_reseed_translator, seed),
-                 self.reranker.__ray_call__.remote(_reseed_reranker, seed)])
+        ray.get([self.translator.reseed.remote(seed), self.reranker.reseed.remote(seed)])
 
     def set_weights(self, version: int, translator_state, reranker_state) -> None:
         """Install published trainable weights (object refs or dicts) on the policy replicas."""

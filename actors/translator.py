@@ -54,3 +54,7 @@ class TranslatorActor:
     def version(self) -> int:
         """The weights version this replica samples with (0: initial weights)."""
         return self.policy_version
+
+    def reseed(self, seed: int) -> None:
+        """Make the next samples a function of `seed` alone (resumable, reproducible rollouts)."""
+        torch.manual_seed(seed)

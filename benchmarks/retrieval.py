@@ -28,11 +28,11 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.results import markdown_table, publish
 from mmrag.config import IndexConfig
 from mmrag.retrieval import LocalRetriever
 from mmrag.retrieval.build import write_vector_index
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
 ENCODER = {"model_name": "benchmark-vectors"}
 
 
@@ -121,11 +121,6 @@ def recall_rows(kind: str, dim: int, num_docs: int, num_queries: int, k: int, wo
     return rows
 
 
-def markdown(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-docs", type=int, default=100_000, help="vectors in the index (default 100000)")
@@ -156,15 +151,12 @@ def main() -> None:
         f"## Retrieval ({datetime.date.today().isoformat()})",
         (f"Machine: {machine}. faiss {faiss.__version__} (CPU). {args.num_docs:,} vectors, top-{k}, "
          f"batches of {args.batch} queries; Ray actors get 0.5 CPU each. Run time {time.perf_counter() - started:.0f}s."),
-        markdown(["dim", "searcher", "shards", "queries/s"], throughput),
+        markdown_table(["dim", "searcher", "shards", "queries/s"], throughput),
         (f"Recall@{k} against exact search (`LocalRetriever`, 2 shards), {args.recall_queries} queries; "
          f"clustered: 2,000 centres, queries are perturbed documents:"),
-        markdown(["vectors", "index", "parameters", "build s", f"recall@{k}"], recall),
+        markdown_table(["vectors", "index", "parameters", "build s", f"recall@{k}"], recall),
     ])
-    print(report)
-    if not args.no_append:
-        with RESULTS.open("a") as results:
-            results.write(("\n\n" if RESULTS.exists() and RESULTS.stat().st_size else "") + report + "\n")
+    publish(report, append=not args.no_append)
 
 
 if __name__ == "__main__":

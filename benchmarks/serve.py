@@ -21,14 +21,13 @@ import platform
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import requests
 
+from benchmarks.results import publish
 from pipelines.options import add_config_options, config_from_args
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
 STAGES = ("translate", "encode", "retrieve", "rerank", "generate")
 
 
@@ -105,10 +104,7 @@ def main() -> None:
         serve.shutdown()
         ray.shutdown()
     report = markdown(rows, args.requests, cfg)
-    print(report)
-    if not args.no_append:
-        with RESULTS.open("a") as results:
-            results.write(("\n\n" if RESULTS.exists() and RESULTS.stat().st_size else "") + report + "\n")
+    publish(report, append=not args.no_append)
 
 
 if __name__ == "__main__":

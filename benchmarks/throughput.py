@@ -20,12 +20,10 @@ import platform
 import tempfile
 from pathlib import Path
 
-from benchmarks.retrieval import markdown
+from benchmarks.results import markdown_table, publish
 from mmrag.config import Config
 from mmrag.training.ledger import read_metrics
 from pipelines.options import add_config_options, config_from_args
-
-RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
 def measure(cfg: Config, run_dir: str) -> dict[str, float]:
@@ -69,13 +67,10 @@ def main() -> None:
          f"{' '.join(args.overrides)}; {args.steps} steps, {cfg.train.questions_per_step} questions x "
          f"{cfg.translator.num_samples} queries x {cfg.reranker.num_samples} selections per step, "
          f"{cfg.learner.num_workers} learner worker(s), ZeRO {cfg.learner.zero_stage}."),
-        markdown(["mode", "leaves/s", "updates/s", "generator leaves/s", "pipeline efficiency", "dropped stale"],
+        markdown_table(["mode", "leaves/s", "updates/s", "generator leaves/s", "pipeline efficiency", "dropped stale"],
                  rows),
     ])
-    print(report)
-    if not args.no_append:
-        with RESULTS.open("a") as results:
-            results.write(("\n\n" if RESULTS.exists() and RESULTS.stat().st_size else "") + report + "\n")
+    publish(report, append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ back to a default. `--set a.b=value` overrides are parsed as YAML scalars.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+
+_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 class ConfigError(ValueError):
@@ -333,6 +337,9 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         return [_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value)]
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        # YAML 1.1 reads "3e-4" (no dot in the mantissa) as a string; accept what is plainly a number.
+        if isinstance(value, str) and _SCIENTIFIC.match(value):
             return float(value)
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):

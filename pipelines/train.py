@@ -25,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", help="run directory (default: train.run_dir)")
     parser.add_argument("--resume", action="store_true",
                         help="distributed mode: continue from the run directory's latest checkpoint")
+    parser.add_argument("--device", default="cpu",
+                        help="local-reference mode: torch device for every model, e.g. cuda (default: cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
 
 
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         from mmrag.training.reference import train_reference
 
-        summary = train_reference(cfg, progress=not args.no_progress)
+        summary = train_reference(cfg, progress=not args.no_progress, device=args.device)
     print(f"run directory: {summary['run_dir']}")
     print(f"{'held-out':<20}{'untrained':>12}{'trained':>12}")
     for key in summary["initial"]:

@@ -50,6 +50,12 @@ def test_int_promotes_to_float_and_lists_are_checked():
         config_from_dict({"translator": {"lora": {"target_modules": ["q_proj", 3]}}})
 
 
+def test_scientific_notation_reads_as_float():
+    assert config_from_dict({}, ["translator.lr=3e-4"]).translator.lr == 3e-4
+    with pytest.raises(ConfigError, match=r"train\.steps: expected int, got '1e3'"):
+        config_from_dict({}, ["train.steps=1e3"])
+
+
 def test_overrides_parse_yaml_values():
     cfg = config_from_dict({}, ["train.steps=7", "train.aggregate=max", "translator.lora.enabled=true",
                                "translator.lora.target_modules=[q_proj, k_proj]"])

@@ -33,7 +33,8 @@ def tiny_config(data_dir: str, index_dir: str, zoo_dir: str, run_dir: str, *over
         f"data.dir={data_dir}", f"index.dir={index_dir}", f"zoo.cache_dir={zoo_dir}", f"train.run_dir={run_dir}",
         "encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
         "translator.model=zoo:tiny-lvlm", "translator.max_new_tokens=6", "translator.num_samples=2",
-        "reranker.num_samples=2", "reward.metric=relaxed", f"train.questions_per_step={QUESTIONS_PER_STEP}",
+        "reranker.num_samples=2", "reward.metric=relaxed", "index.top_k=4", "reranker.max_docs=4",
+        f"train.questions_per_step={QUESTIONS_PER_STEP}",
         "train.eval_questions=2", "train.eval_every=100", "train.checkpoint_every=0", "train.max_policy_lag=0",
         "train.steps=4", *overrides])
 

@@ -74,7 +74,7 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
     if cfg.reranker_loss == "pl_policy":
         flat = [(row, node) for row, (_, _, examples) in enumerate(rows) for node in examples]
         logprobs = reranker.logprob(batch, [node.output for _, node in flat], [row for row, _ in flat], temperature)
-        advantages = torch.tensor([node.advantage for _, node in flat], dtype=logprobs.dtype)
+        advantages = torch.tensor([node.advantage for _, node in flat], dtype=logprobs.dtype, device=logprobs.device)
         return pl_policy_loss(logprobs, advantages), len(flat)
     flat = [(row, pair) for row, (_, _, pairs) in enumerate(rows) for pair in pairs]
     selections = [c.output for _, (c, _) in flat] + [r.output for _, (_, r) in flat]

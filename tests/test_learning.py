@@ -1,0 +1,49 @@
+"""Evidence that reward backpropagation learns (issue 5): the reference trainer, small and seeded.
+
+Uses the fitted zoo (tiny-clip retriever, tiny-lvlm-captioner translator) like
+configs/local.yaml, on a smaller synthetic world. The held-out reward must rise above
+the untrained pipeline's, and a control run with rewards shuffled across the batch must
+gain less: the signal comes from the rewards, not from training as such.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from mmrag.config import load_config
+from mmrag.training.reference import train_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def local_task(tmp_path_factory, zoo_dir):
+    from mmrag.data.synth import generate_dataset
+    from mmrag.retrieval.build import build_index
+
+    root = tmp_path_factory.mktemp("learning")
+    overrides = [f"data.dir={root / 'data'}", f"index.dir={root / 'index'}", f"zoo.cache_dir={zoo_dir}",
+                 "data.entities=60", f"train.steps={STEPS}", f"train.eval_every={STEPS}",
+                 "train.eval_questions=48", "translator.lr=3.0e-4"]
+    cfg = load_config(ROOT / "configs/local.yaml", overrides)
+    generate_dataset(cfg.data.dir, cfg.data.entities, cfg.data.seed, cfg.data.image_size)
+    build_index(Path(cfg.data.dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
+    return root, overrides
+
+
+def run(local_task, name: str, *extra: str) -> dict:
+    root, overrides = local_task
+    cfg = load_config(ROOT / "configs/local.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
+    return train_reference(cfg, progress=False)
+
+
+def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
+    real = run(local_task, "real")
+    shuffled = run(local_task, "shuffled", "train.shuffle_rewards=true")
+    assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
+    gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
+    control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]
+    assert gain > 0.0, real
+    assert gain > control_gain, (real, shuffled)
+    assert real["final"]["recall_at_k"] > real["initial"]["recall_at_k"]
