@@ -5,6 +5,8 @@ Runs, on configs/local.yaml (fitted tiny zoo, synthetic data, CPU) with one seed
   shuffled        the same, with rewards permuted across the batch (control: should not learn)
   translator-only reranker frozen
   reranker-only   translator frozen
+With `--distributed`, also the full run on the distributed trainer (Ray actors + DeepSpeed
+learner, synchronous) with the same seed, whose curve should follow the reference's.
 Each run trains `--steps` steps (`--jobs` at a time, each process with one torch thread)
 and evaluates greedily on held-out (val) questions. Prints the gains table, draws the
 held-out reward curves to benchmarks/learning.png, and appends the table with machine
@@ -33,10 +35,11 @@ RUNS = {
     "translator-only": ["train.train_reranker=false"],
     "reranker-only": ["train.train_translator=false"],
 }
+DISTRIBUTED = {"distributed-sync": ["train.mode=distributed", "train.max_policy_lag=0"]}
 
 
 def launch(name: str, args: argparse.Namespace) -> tuple[subprocess.Popen, float]:
-    sets = [*args.set, *RUNS[name], f"train.steps={args.steps}", f"train.eval_every={args.eval_every}",
+    sets = [*args.set, *args.runs[name], f"train.steps={args.steps}", f"train.eval_every={args.eval_every}",
             f"train.run_dir={args.out / name}"]
     command = [sys.executable, "-m", "pipelines.train", "--config", args.config, "--no-progress"]
     for assignment in sets:
@@ -52,7 +55,7 @@ def held_out_curve(run_dir: Path) -> dict[int, float]:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, dict]:
-    pending, running, results = list(RUNS), {}, {}
+    pending, running, results = list(args.runs), {}, {}
     while pending or running:
         while pending and len(running) < args.jobs:
             name = pending.pop(0)
@@ -68,16 +71,21 @@ def run_all(args: argparse.Namespace) -> dict[str, dict]:
     return results
 
 
-def plot(results: dict[str, dict], path: Path) -> None:
+def all_curves(out: Path) -> dict[str, dict[int, float]]:
+    """Held-out curves of every run under `out`, including earlier invocations (e.g. `--only`)."""
+    return {d.name: held_out_curve(d) for d in sorted(out.iterdir()) if (d / "metrics.jsonl").is_file()}
+
+
+def plot(curves: dict[str, dict[int, float]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, result in results.items():
-        steps = sorted(result["curve"])
-        ax.plot(steps, [result["curve"][s] for s in steps], marker="o", label=name)
+    for name, curve in curves.items():
+        steps = sorted(curve)
+        ax.plot(steps, [curve[s] for s in steps], marker="o", label=name)
     ax.set_xlabel("training step")
     ax.set_ylabel("held-out mean reward (greedy)")
     ax.set_title("Reward backpropagation on the synthetic KB-VQA task")
@@ -104,13 +112,19 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=50, help="held-out evaluation interval (default: 50)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default: 2, one per core)")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="run directories (default: runs/learning)")
+    parser.add_argument("--distributed", action="store_true",
+                        help="also train the full run with the distributed trainer (curve beside the reference)")
+    parser.add_argument("--only", nargs="+", choices=[*RUNS, *DISTRIBUTED], help="run only these (default: all)")
     parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     args.out = args.out.resolve()
+    args.runs = {**RUNS, **(DISTRIBUTED if args.distributed else {})}
+    if args.only:
+        args.runs = {name: sets for name, sets in {**RUNS, **DISTRIBUTED}.items() if name in args.only}
     args.out.mkdir(parents=True, exist_ok=True)
     results = run_all(args)
-    plot(results, HERE / "learning.png")
-    report = (f"## Learning (reference trainer, {datetime.date.today()})\n\n"
+    plot(all_curves(args.out), HERE / "learning.png")
+    report = (f"## Learning ({datetime.date.today()})\n\n"
               f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} runs at a time, one torch thread "
               f"each. Config {args.config} {' '.join(args.set)}; {args.steps} steps, held-out = val questions "
               f"(greedy), reward = exact match. Curves: benchmarks/learning.png.\n\n{table(results)}\n")
