@@ -19,17 +19,6 @@ from mmrag.retrieval.shard import build_faiss_index
 TINY_CLIP = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=16)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_torch_thread():
-    """The tiny encoder runs ~8x faster with one intra-op thread on busy shared cores than with several."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
     vectors = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
