@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from tqdm import tqdm
+
+from mmrag.zoo.fitting import run_fit
 
 FIT_ENTITIES = 1000
 HELDOUT_ENTITIES = 40
@@ -90,25 +91,17 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
     templates = question_templates()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LEARNING_RATE, total_steps=steps, pct_start=0.1)
-    model.train()
-    losses = []
-    progress = tqdm(range(steps), desc="fitting tiny-lvlm-captioner", unit="step")
-    for _ in progress:
+
+    def batch_loss() -> torch.Tensor:
         batch = rng.sample(examples, batch_size)
         questions = [rng.choice(templates) for _ in batch]
         targets = [caption_target(example, q, rng) for example, q in zip(batch, questions)]
         token_count = sum(len(response_token_ids(processor, t)) for t in targets)
         logprobs = sequence_logprobs(model, processor, [e.image for e in batch],
                                      [translator_prompt(q) for q in questions], targets)
-        loss = -logprobs.sum() / token_count
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        progress.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    return losses
+        return -logprobs.sum() / token_count
+
+    return run_fit(model, optimizer, schedule, steps, "tiny-lvlm-captioner", batch_loss)
 
 
 def describes_correctly(text: str, attributes: dict[str, str]) -> bool:

@@ -20,9 +20,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
-from mmrag.zoo.tiny_clip import CHECKPOINT_FILE, TINY_CLIP_MODEL_NAME, create_tiny_clip, save_checkpoint
+from mmrag.zoo.fitting import run_fit
+from mmrag.zoo.tiny_clip import (
+    CHECKPOINT_FILE,
+    TINY_CLIP_MODEL_NAME,
+    create_tiny_clip,
+    save_checkpoint,
+)
 
 FIT_ENTITIES = 200
 HELDOUT_ENTITIES = 100
@@ -129,23 +134,15 @@ def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
         (step + 1) / WARMUP_STEPS, 0.5 * (1 + math.cos(math.pi * step / steps))))
-    model.train()
-    losses = []
-    progress = tqdm(range(steps), desc="fitting tiny-clip", unit="step")
-    for _ in progress:
+
+    def batch_loss() -> torch.Tensor:
         images, captions, queries, passages = batches.draw()
         image_loss = clip_loss(model.encode_image(images), model.encode_text(tokenizer(captions)), model.logit_scale)
         text_loss = clip_loss(model.encode_text(tokenizer(queries)), model.encode_text(tokenizer(passages)),
                               model.logit_scale)
-        loss = image_loss + text_loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-        progress.set_postfix(loss=f"{loss.item():.3f}")
-    model.eval()
-    return losses
+        return image_loss + text_loss
+
+    return run_fit(model, optimizer, schedule, steps, "tiny-clip", batch_loss)
 
 
 @torch.no_grad()
