@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--distributed", action="store_true",
                         help="also train the full run with the distributed trainer (curve beside the reference)")
     parser.add_argument("--only", nargs="+", choices=[*RUNS, *DISTRIBUTED], help="run only these (default: all)")
+    parser.add_argument("--plot", type=Path, default=HERE / "learning.png",
+                        help="where to draw the held-out reward curves (default: benchmarks/learning.png)")
     parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     args.out = args.out.resolve()
@@ -123,11 +125,11 @@ def main() -> None:
         args.runs = {name: sets for name, sets in {**RUNS, **DISTRIBUTED}.items() if name in args.only}
     args.out.mkdir(parents=True, exist_ok=True)
     results = run_all(args)
-    plot(all_curves(args.out), HERE / "learning.png")
+    plot(all_curves(args.out), args.plot)
     report = (f"## Learning ({datetime.date.today()})\n\n"
-              f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} runs at a time, one torch thread "
+              f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} run(s) at a time, one torch thread "
               f"each. Config {args.config} {' '.join(args.set)}; {args.steps} steps, held-out = val questions "
-              f"(greedy), reward = exact match. Curves: benchmarks/learning.png.\n\n{table(results)}\n")
+              f"(greedy), reward = exact match. Curves: {args.plot.name}.\n\n{table(results)}\n")
     publish(report, append=not args.no_append)
 
 
