@@ -4,8 +4,9 @@ Fed by the distributed driver through one ray.util.queue.Queue per worker (the s
 message to every rank); rank 0 answers on a shared reply queue. Messages:
   train      a scored experience batch (object ref to rollout trees): each rank takes its
              slice `roots[rank::W]`, computes the reference trainer's local losses
-             (`mmrag.training.updates`), DeepSpeed all-reduces gradients and steps; rank 0
-             publishes the new trainable weights to the object store with the new version.
+             (`mmrag.training.updates`) weighted by its share of the examples, DeepSpeed
+             reduces gradients and steps (so W ranks take the reference trainer's step on the
+             whole batch); rank 0 publishes the new trainable weights to the object store.
   checkpoint DeepSpeed engine + optimiser states of both components into a directory.
   export     `save_export` of the trained components (rank 0).
   stop       leave the loop; the trainer's `fit` returns.
@@ -18,7 +19,9 @@ import contextlib
 import queue as std_queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import ray
@@ -51,18 +54,20 @@ def deepspeed_config(lr: float, world_size: int, zero_stage: int, dtype: str) ->
     }
 
 
-def _give_scalars_a_dimension(module: torch.nn.Module) -> torch.nn.Module:
-    """DeepSpeed broadcasts every parameter viewed as bytes at start-up, which fails on 0-dim tensors.
+class LossModule(torch.nn.Module):
+    """What a DeepSpeed engine wraps: `owned` holds the trainable weights, `forward` is the local loss.
 
-    The only ones here are frozen (CLIP's logit_scale, which the reranker never reads), so reshape them to [1].
+    Calling the loss through the engine's forward lets ZeRO-3 gather partitioned weights
+    wherever they are read, including weights read outside their own submodule's forward.
     """
-    for name, param in module.named_parameters():
-        if param.dim() == 0:
-            if param.requires_grad:
-                raise ValueError(f"{name}: a trainable 0-dim parameter cannot go to a DeepSpeed engine; "
-                                 "declare it with shape [1]")
-            param.data = param.data.reshape(1)
-    return module
+
+    def __init__(self, owned: torch.nn.Module, loss: Callable[[list], tuple[torch.Tensor, int]]):
+        super().__init__()
+        self.owned = owned
+        self.loss = loss
+
+    def forward(self, roots: list) -> tuple[torch.Tensor, int]:
+        return self.loss(roots)
 
 
 class _Worker:
@@ -75,23 +80,30 @@ class _Worker:
 
         from mmrag.models.reranker import AdaptiveReranker
         from mmrag.models.translator import QueryTranslator
+        from mmrag.training.updates import reranker_loss, translator_loss
 
         context = ray.train.get_context()
         self.cfg, self.rank, self.world = cfg, context.get_world_rank(), context.get_world_size()
         self.version = 0
-        device = str(ray.train.torch.get_device())
+        self.device = ray.train.torch.get_device()
         torch.manual_seed(cfg.train.seed)
-        self.translator = QueryTranslator.from_config(cfg.translator, cfg.zoo.cache_dir, device)
-        self.reranker = AdaptiveReranker.from_config(cfg.reranker, cfg.zoo.cache_dir, device)
-        stage = cfg.learner.zero_stage
-        reranker_trainable = [p for p in self.reranker.parameters() if p.requires_grad]
+        self.translator = QueryTranslator.from_config(cfg.translator, cfg.zoo.cache_dir, str(self.device))
+        self.reranker = AdaptiveReranker.from_config(cfg.reranker, cfg.zoo.cache_dir, str(self.device))
+        # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
+        # reference copy) stay plain replicated modules on every rank.
+        losses = {
+            "translator": LossModule(self.translator.model, partial(translator_loss, self.translator, cfg=cfg.train)),
+            "reranker": LossModule(self.reranker.trainable_modules(),
+                                   partial(reranker_loss, self.reranker, cfg=cfg.train,
+                                           temperature=cfg.reranker.temperature)),
+        }
+        dtypes = {"translator": cfg.translator.dtype, "reranker": "float32"}
+        lrs = {"translator": cfg.translator.lr, "reranker": cfg.reranker.lr}
         self.engines = {
-            "translator": deepspeed.initialize(
-                model=self.translator.model, model_parameters=self.translator.trainable_parameters(),
-                config=deepspeed_config(cfg.translator.lr, self.world, stage, cfg.translator.dtype))[0],
-            "reranker": deepspeed.initialize(
-                model=_give_scalars_a_dimension(self.reranker), model_parameters=reranker_trainable,
-                config=deepspeed_config(cfg.reranker.lr, self.world, stage, "float32"))[0],
+            name: deepspeed.initialize(
+                model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
+                config=deepspeed_config(lrs[name], self.world, cfg.learner.zero_stage, dtypes[name]))[0]
+            for name, module in losses.items()
         }
 
     def _gathered(self):
@@ -100,8 +112,10 @@ class _Worker:
             return contextlib.nullcontext()
         import deepspeed
 
-        params = [p for engine in self.engines.values() for p in engine.module.parameters()]
-        return deepspeed.zero.GatheredParameters(params)
+        for engine in self.engines.values():
+            engine.empty_partition_cache()  # waits for weights still prefetching from the last step
+        trainable = [p for engine in self.engines.values() for p in engine.module.parameters() if p.requires_grad]
+        return deepspeed.zero.GatheredParameters(trainable)
 
     def publish(self) -> PublishedWeights | None:
         with self._gathered():
@@ -110,31 +124,39 @@ class _Worker:
             return PublishedWeights(self.version, ray.put(self.translator.trainable_state_dict()),
                                     ray.put(self.reranker.trainable_state_dict()))
 
-    def _step(self, name: str, loss: torch.Tensor, count: int) -> dict:
-        """Backward and step on every rank, or on none when no rank has an example (as the reference skips)."""
-        engine = self.engines[name]
-        totals = torch.tensor([float(loss.detach()) * count, float(count)], device=engine.device)
-        torch.distributed.all_reduce(totals)
-        total_loss, total_count = totals.tolist()
-        if total_count:
-            if not count:
-                # This rank's slice has no signal: a zero loss still joins the gradient all-reduce.
-                loss = sum((p * 0).sum() for p in engine.module.parameters() if p.requires_grad)
-            engine.backward(loss)
-            engine.step()
-        mean_loss = total_loss / total_count if total_count else 0.0
-        return {"loss": mean_loss, "pairs" if name == "translator" else "examples": int(total_count)}
+    def _step(self, name: str, roots: list) -> dict:
+        """Forward, backward and step on every rank, or on none when no rank has an example (as the reference skips).
+
+        Every rank runs exactly one forward: under ZeRO-3 a forward gathers weights with collectives.
+        """
+        from mmrag.training.updates import example_count
+
+        engine, mine = self.engines[name], roots[self.rank::self.world]
+        count = example_count(name, mine, self.cfg.train)
+        total_count = int(self._sum(count))
+        if not total_count:
+            return {"loss": 0.0, "pairs" if name == "translator" else "examples": 0}
+        # DeepSpeed averages gradients over the ranks: weighting this rank's mean loss by its share of
+        # the examples makes the step the reference trainer's on the whole batch. A rank whose slice has
+        # no signal still joins the gradient reduction, with a zero-weighted loss over the whole batch.
+        loss, _ = engine(mine if count else roots)
+        engine.backward(loss * (self.world * count / total_count))
+        engine.step()
+        mean_loss = self._sum(float(loss.detach()) * count) / total_count
+        return {"loss": mean_loss, "pairs" if name == "translator" else "examples": total_count}
+
+    def _sum(self, value: float) -> float:
+        """The sum of `value` over the ranks."""
+        total = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(total)
+        return float(total)
 
     def train(self, roots: list) -> dict:
-        from mmrag.training.updates import reranker_loss, translator_loss
-
-        mine, cfg = roots[self.rank::self.world], self.cfg
         record = {}
-        if cfg.train.train_translator:
-            record["translator"] = self._step("translator", *translator_loss(self.translator, mine, cfg.train))
-        if cfg.train.train_reranker:
-            record["reranker"] = self._step(
-                "reranker", *reranker_loss(self.reranker, mine, cfg.train, cfg.reranker.temperature))
+        if self.cfg.train.train_translator:
+            record["translator"] = self._step("translator", roots)
+        if self.cfg.train.train_reranker:
+            record["reranker"] = self._step("reranker", roots)
         self.version += 1
         return record
 

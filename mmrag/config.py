@@ -253,7 +253,7 @@ class LearnerConfig:
 @dataclass
 class RayConfig:
     address: str = ""
-    """Cluster address; empty starts a local single-node Ray."""
+    """Cluster address; empty joins $RAY_ADDRESS when set (a `ray job submit` job), else starts a local Ray."""
     num_cpus: int = 8
     """CPUs declared to a local Ray (may exceed the cores, to place more actors)."""
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import ray
 from tqdm import tqdm
 
+from cluster.connect import connect
 from mmrag.config import Config, config_to_dict
 from mmrag.data.dataset import load_questions
 from mmrag.rl.rollout import Node
@@ -131,17 +132,6 @@ class Driver:
                                    self.shuffle_rng, self.totals)
 
 
-def _connect(cfg: Config) -> bool:
-    """Join the configured cluster or start a local Ray; True if this call started it."""
-    if ray.is_initialized():
-        return False
-    if cfg.ray.address:
-        ray.init(address=cfg.ray.address)
-    else:
-        ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False)
-    return True
-
-
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True) -> dict:
     """Train on Ray; returns the first and last evaluations, like `train_reference`."""
     from actors.learner import LearnerGroup
@@ -157,7 +147,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True) 
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     held_out = load_questions(cfg.data.dir, "val")[:cfg.train.eval_questions]
     with contextlib.ExitStack() as cleanup:
-        if _connect(cfg):
+        if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         stages = ActorStages.launch(cfg)
         cleanup.callback(stages.shutdown)

@@ -74,12 +74,11 @@ def _predict_local(args: argparse.Namespace, predictor_args: dict) -> list[dict]
 def _predict_ray(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
     import ray
 
+    from cluster.connect import connect
     from mmrag.evaluation.predictor import GreedyPredictor, questions_path
 
     cfg = predictor_args["cfg"]
-    if not ray.is_initialized():
-        ray.init(address=cfg.ray.address or None, num_cpus=None if cfg.ray.address else cfg.ray.num_cpus,
-                 include_dashboard=False)
+    connect(cfg.ray.address, cfg.ray.num_cpus)
     ray.data.DataContext.get_current().enable_progress_bars = not args.no_progress
     dataset = ray.data.read_parquet(str(questions_path(cfg.data.dir, args.split)))
     if args.limit is not None:

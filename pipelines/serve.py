@@ -22,24 +22,24 @@ from pipelines.options import add_config_options, config_from_args, run_main
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_options(parser)
     parser.add_argument("--checkpoint", required=True, help="exported checkpoint of a training run (RUN_DIR/export)")
-    parser.add_argument("--address", help="Ray cluster address (default: ray.address; empty starts a local Ray)")
+    parser.add_argument("--address", help="Ray cluster address (default: ray.address, else $RAY_ADDRESS; "
+                                          "with neither, a local Ray starts)")
     parser.add_argument("--name", default="mmrag", help="Serve application name (default: mmrag)")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    import ray
     from ray import serve
 
     from actors.serving.app import pipeline_app
+    from cluster.connect import connect
 
     try:
         app = pipeline_app(cfg, args.checkpoint)
     except (FileNotFoundError, ValueError) as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return 2
-    address = args.address or cfg.ray.address
-    ray.init(address=address or None, num_cpus=None if address else cfg.ray.num_cpus)
+    connect(args.address or cfg.ray.address, cfg.ray.num_cpus)
     serve.start(http_options={"host": cfg.serving.host, "port": cfg.serving.port})
     serve.run(app, name=args.name, route_prefix="/")
     print(f"serving {args.checkpoint} on http://{cfg.serving.host}:{cfg.serving.port}/v1/answer "

@@ -208,11 +208,7 @@ class _PrivateRayHead:
 
 
 def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
-    """`ray job submit --working-dir` of `pipelines.train`, as the README does it, on a private head.
-
-    Submits `--mode local-reference`: the distributed trainer's job (stage actors, Ray Train,
-    DeepSpeed) took over 5 minutes on two busy cores, past this file's budget.
-    """
+    """`ray job submit --working-dir` of the distributed trainer, as the README does it, on a private head."""
     from mmrag.data.dataset import KB_FILE
     from mmrag.retrieval.build import build_index
     from mmrag.training.ledger import read_metrics
@@ -230,9 +226,9 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
         plan = subprocess.Popen([sys.executable, "-m", "pipelines.plan", "--address", head.gcs_address], cwd=ROOT,
                                 env=head.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         train = [sys.executable, "-m", "pipelines.train", "--config", "configs/local.yaml", "--no-progress",
-                 "--mode", "local-reference", "--run-dir", str(run_dir), "--steps", "2"]
+                 "--mode", "distributed", "--run-dir", str(run_dir), "--steps", "2"]
         small = ["train.eval_questions=4", "train.questions_per_step=2", "translator.num_samples=2",
-                 "reranker.num_samples=2"]
+                 "reranker.num_samples=2", "train.checkpoint_every=1", "train.max_policy_lag=0"]
         train += [arg for item in overrides + small for arg in ("--set", item)]
         submit = [str(RAY_BIN), "job", "submit", "--address", head.dashboard, "--submission-id", "cluster-test",
                   "--working-dir", str(ROOT), "--runtime-env-json", json.dumps(runtime_env(cfg, str(ROOT))),
@@ -250,3 +246,5 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
     assert [r["step"] for r in records if "eval" in r] == [0, 2]
     assert [r["step"] for r in records if "eval" not in r] == [1, 2]
     assert {"export.json", "reranker.pt", "translator"} <= {p.name for p in (run_dir / "export").iterdir()}
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    assert {"driver.pt", "learner"} <= {p.name for p in (run_dir / "checkpoints" / "step_000002").iterdir()}

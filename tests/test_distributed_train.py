@@ -1,7 +1,7 @@
 """Distributed training on a local Ray: ledger invariants, bounded staleness, and exact resume.
 
-Random tiny zoo models, 2 questions per step, 2 x 2 samples: small enough to run four
-short trainings (4 steps sync, 2 + 2 steps sync resumed, 4 steps async).
+Random tiny zoo models, 2 questions per step, 2 x 2 samples: small enough to run five
+short trainings (4 steps sync, 2 + 2 steps sync resumed, 4 steps on two ZeRO-3 learners, 4 steps async).
 """
 
 from __future__ import annotations
@@ -91,6 +91,31 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(ray_session, sync_run
     for a, b in zip(resumed, uninterrupted):
         assert a["reward_mean"] == pytest.approx(b["reward_mean"])
         assert a["reranker"]["loss"] == pytest.approx(b["reranker"]["loss"], abs=1e-5)
+    expected, actual = exported_weights(sync_run), exported_weights(run_dir)
+    assert expected.keys() == actual.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(actual[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_two_zero3_learners_take_the_single_learners_steps(ray_session, sync_run, synth_dir, tiny_index, zoo_dir,
+                                                           tmp_path):
+    """Each rank trains on its slice with its loss weighted by its share of the examples, so two ZeRO-3 ranks
+    (weights, gradients and optimiser state partitioned between them) end where one unpartitioned learner does."""
+    from pipelines.distributed import train_distributed
+
+    run_dir = str(tmp_path / "zero3")
+    train_distributed(tiny_config(synth_dir, tiny_index, zoo_dir, run_dir, "learner.num_workers=2",
+                                  "learner.zero_stage=3"), progress=False)
+    partitioned, single = steps_of(run_dir), steps_of(sync_run)
+    assert [r["step"] for r in partitioned] == [1, 2, 3, 4]
+    # Both components must have learned on more than Adam's first step, whose size ignores the gradient's.
+    assert sum(r["translator"]["pairs"] > 0 for r in single) >= 2
+    assert sum(r["reranker"]["examples"] > 0 for r in single) >= 2
+    for a, b in zip(partitioned, single):
+        assert a["reward_mean"] == pytest.approx(b["reward_mean"])
+        for component, count in [("translator", "pairs"), ("reranker", "examples")]:
+            assert a[component][count] == b[component][count]
+            assert a[component]["loss"] == pytest.approx(b[component]["loss"], abs=1e-5)
     expected, actual = exported_weights(sync_run), exported_weights(run_dir)
     assert expected.keys() == actual.keys()
     for name, tensor in expected.items():

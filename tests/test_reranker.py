@@ -183,6 +183,15 @@ def test_lora_trains_only_text_tower_adapters_and_head(lora):
 
 
 @pytest.mark.parametrize("name", ["frozen", "lora"])
+def test_trainable_modules_own_every_trainable_weight_and_nothing_frozen(request, name):
+    reranker = request.getfixturevalue(name)
+    owned = list(reranker.trainable_modules().parameters())
+    trainable = [p for p in reranker.parameters() if p.requires_grad]
+    assert {id(p) for p in owned} == {id(p) for p in trainable}
+    assert len(owned) == len(trainable)  # no weight owned twice
+
+
+@pytest.mark.parametrize("name", ["frozen", "lora"])
 def test_sgd_step_follows_the_sign_of_the_advantage(request, name):
     reranker = request.getfixturevalue(name)
     batch = featurize(reranker)

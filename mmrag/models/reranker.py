@@ -216,6 +216,21 @@ class AdaptiveReranker(nn.Module):
         return [greedy_selection(row_logits, self.max_docs, row_mask)
                 for row_logits, row_mask in zip(logits, batch.mask)]
 
+    def trainable_modules(self) -> nn.ModuleDict:
+        """The submodules that own every trainable weight: head, STOP scorer and any LoRA adapters.
+
+        What an optimiser wrapper such as a DeepSpeed engine should own. The frozen backbone
+        stays outside it, replicated: ZeRO-3 would otherwise partition CLIP weights that
+        open_clip reads outside any submodule's forward (its projections, MultiheadAttention's
+        out_proj), and CLIP's 0-dim logit_scale cannot be broadcast.
+        """
+        owners = {}
+        for name, module in self.named_modules():
+            inside_owner = any(name.startswith(f"{owner}.") for owner in owners)
+            if not inside_owner and any(p.requires_grad for p in module.parameters(recurse=False)):
+                owners[name] = module
+        return nn.ModuleDict({name.replace(".", "/"): module for name, module in owners.items()})
+
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """CPU copies of the trained parameters only (head, STOP scorer, LoRA adapters): for weight sync."""
         return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}

@@ -27,10 +27,15 @@ def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
     optimizer.step()
 
 
+def translator_pairs(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, Node]]:
+    """(question, chosen query node, rejected query node): the translator's training examples."""
+    return [(root.payload["question"], chosen, rejected) for root in roots
+            for chosen, rejected in translator_preference_pairs(root, cfg.pair_margin, cfg.max_pairs_per_question)]
+
+
 def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig) -> tuple[torch.Tensor, int]:
     """The translator's local loss over a batch of scored trees, and the number of pairs in it."""
-    pairs = [(root.payload["question"], chosen, rejected) for root in roots
-             for chosen, rejected in translator_preference_pairs(root, cfg.pair_margin, cfg.max_pairs_per_question)]
+    pairs = translator_pairs(roots, cfg)
     if not pairs:
         return torch.zeros((), requires_grad=True), 0
     images = [q.image for q, _, _ in pairs] * 2
@@ -44,7 +49,7 @@ def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainCo
     return dpo_loss(chosen, rejected, reference[:len(pairs)], reference[len(pairs):], cfg.dpo_beta), len(pairs)
 
 
-def _signal_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
+def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
     """(question, translator node, examples) where the node's reranker children carry signal.
 
     Examples are the children with a non-zero advantage (`pl_policy`) or preference pairs
@@ -65,7 +70,7 @@ def _signal_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, No
 def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig,
                   temperature: float) -> tuple[torch.Tensor, int]:
     """The reranker's local loss over a batch of scored trees, and the number of examples in it."""
-    rows = _signal_rows(roots, cfg)
+    rows = reranker_rows(roots, cfg)
     if not rows:
         return torch.zeros((), requires_grad=True), 0
     batch = reranker.featurize([q.image for q, _, _ in rows], [q.question for q, _, _ in rows],
@@ -80,6 +85,13 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
     selections = [c.output for _, (c, _) in flat] + [r.output for _, (_, r) in flat]
     logprobs = reranker.logprob(batch, selections, [row for row, _ in flat] * 2, temperature)
     return pairwise_preference_loss(logprobs[:len(flat)], logprobs[len(flat):], cfg.dpo_beta), len(flat)
+
+
+def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
+    """How many examples (translator pairs, reranker selections or pairs) the component's loss averages over."""
+    if component == "translator":
+        return len(translator_pairs(roots, cfg))
+    return sum(len(examples) for _, _, examples in reranker_rows(roots, cfg))
 
 
 def update_translator(translator, optimizer, roots, cfg: TrainConfig) -> dict:
