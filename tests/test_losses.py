@@ -160,3 +160,24 @@ def test_bad_settings_name_the_config_field():
         translator_preference_pairs(question({"a": 1.0}), -0.1, 4)
     with pytest.raises(ValueError, match="one entry per pair"):
         pl_policy_loss(torch.zeros(2), torch.zeros(3))
+
+
+@pytest.mark.parametrize("reranker_loss, reranker_examples", [("pl_policy", 2), ("pairwise", 1)])
+def test_example_count_is_what_each_loss_averages_over(reranker_loss, reranker_examples):
+    from mmrag.config import TrainConfig
+    from mmrag.training.updates import example_count
+
+    root = Node("root", payload={"question": "q"})
+    for rewards in [(1.0, 0.0), (1.0, 1.0)]:
+        translator = root.add(Node("translator", output=f"query {rewards}"))
+        for selection, reward in zip([(0, 1), (2,)], rewards):
+            translator.add(Node("reranker", output=selection, reward=reward))
+    backprop_values(root)
+    compute_advantages(root)
+    cfg = TrainConfig(reranker_loss=reranker_loss)
+    # Query values 0.5 and 1.0 make one translator pair; only the first query's two selections differ.
+    assert example_count("translator", [root], cfg) == 1
+    assert example_count("reranker", [root], cfg) == reranker_examples
+    assert example_count("reranker", [root, root], cfg) == 2 * reranker_examples
+    with pytest.raises(ValueError, match="'generator'"):
+        example_count("generator", [root], cfg)

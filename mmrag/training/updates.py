@@ -91,7 +91,9 @@ def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
     """How many examples (translator pairs, reranker selections or pairs) the component's loss averages over."""
     if component == "translator":
         return len(translator_pairs(roots, cfg))
-    return sum(len(examples) for _, _, examples in reranker_rows(roots, cfg))
+    if component == "reranker":
+        return sum(len(examples) for _, _, examples in reranker_rows(roots, cfg))
+    raise ValueError(f"example_count: component {component!r}: expected 'translator' or 'reranker'")
 
 
 def update_translator(translator, optimizer, roots, cfg: TrainConfig) -> dict:
