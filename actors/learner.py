@@ -99,9 +99,10 @@ class _Worker:
         }
         dtypes = {"translator": cfg.translator.dtype, "reranker": "float32"}
         lrs = {"translator": cfg.translator.lr, "reranker": cfg.reranker.lr}
+        self.trainable = {name: [p for p in module.parameters() if p.requires_grad] for name, module in losses.items()}
         self.engines = {
             name: deepspeed.initialize(
-                model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
+                model=module, model_parameters=self.trainable[name],
                 config=deepspeed_config(lrs[name], self.world, cfg.learner.zero_stage, dtypes[name]))[0]
             for name, module in losses.items()
         }
@@ -114,8 +115,7 @@ class _Worker:
 
         for engine in self.engines.values():
             engine.empty_partition_cache()  # waits for weights still prefetching from the last step
-        trainable = [p for engine in self.engines.values() for p in engine.module.parameters() if p.requires_grad]
-        return deepspeed.zero.GatheredParameters(trainable)
+        return deepspeed.zero.GatheredParameters([p for params in self.trainable.values() for p in params])
 
     def publish(self) -> PublishedWeights | None:
         with self._gathered():

@@ -51,6 +51,13 @@ def exported_weights(run_dir: str) -> dict[str, torch.Tensor]:
     return weights
 
 
+def assert_same_exported_weights(run_dir: str, expected_run_dir: str) -> None:
+    expected, actual = exported_weights(expected_run_dir), exported_weights(run_dir)
+    assert expected.keys() == actual.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(actual[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+
+
 @pytest.fixture(scope="module")
 def sync_run(ray_session, synth_dir, tiny_index, zoo_dir, tmp_path_factory) -> str:
     from pipelines.distributed import train_distributed
@@ -91,10 +98,7 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(ray_session, sync_run
     for a, b in zip(resumed, uninterrupted):
         assert a["reward_mean"] == pytest.approx(b["reward_mean"])
         assert a["reranker"]["loss"] == pytest.approx(b["reranker"]["loss"], abs=1e-5)
-    expected, actual = exported_weights(sync_run), exported_weights(run_dir)
-    assert expected.keys() == actual.keys()
-    for name, tensor in expected.items():
-        torch.testing.assert_close(actual[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+    assert_same_exported_weights(run_dir, sync_run)
 
 
 def test_two_zero3_learners_take_the_single_learners_steps(ray_session, sync_run, synth_dir, tiny_index, zoo_dir,
@@ -116,10 +120,7 @@ def test_two_zero3_learners_take_the_single_learners_steps(ray_session, sync_run
         for component, count in [("translator", "pairs"), ("reranker", "examples")]:
             assert a[component][count] == b[component][count]
             assert a[component]["loss"] == pytest.approx(b[component]["loss"], abs=1e-5)
-    expected, actual = exported_weights(sync_run), exported_weights(run_dir)
-    assert expected.keys() == actual.keys()
-    for name, tensor in expected.items():
-        torch.testing.assert_close(actual[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+    assert_same_exported_weights(run_dir, sync_run)
 
 
 def test_async_run_drops_and_counts_stale_experience(ray_session, synth_dir, tiny_index, zoo_dir, tmp_path):

@@ -92,8 +92,7 @@ def train_reference(cfg: Config, progress: bool = True, device: str = "cpu") -> 
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     held_out = load_questions(cfg.data.dir, "val")[:cfg.train.eval_questions]
     translator_opt = torch.optim.AdamW(pipeline.translator.trainable_parameters(), lr=cfg.translator.lr)
-    reranker_opt = torch.optim.AdamW([p for p in pipeline.reranker.parameters() if p.requires_grad],
-                                     lr=cfg.reranker.lr)
+    reranker_opt = torch.optim.AdamW(pipeline.reranker.trainable_modules().parameters(), lr=cfg.reranker.lr)
     rng = random.Random(cfg.train.seed)
     ledger = MetricsLedger(run_dir)
     evaluations = {0: _evaluate(pipeline, held_out, ledger, 0)}
