@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The tiny models' matrices are too small to gain from threads; two threads on two
 # busy cores made them ~20x slower.
 torch.set_num_threads(1)
+
+# Ray 2.60 turns token authentication on and, without a token, writes one to ~/.ray/auth_token.
+# The suite makes its own, so that nothing depends on (or lands in) the home directory.
+if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ:
+    _token_file = Path(tempfile.mkdtemp(prefix="mmrag-ray-token-")) / "auth_token"
+    _token_file.write_text(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token_file)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -160,7 +161,11 @@ class _PrivateRayHead:
         # A short temp dir: Ray's socket paths under it must stay within the 107-byte limit.
         self.temp_dir = tempfile.mkdtemp(prefix="mmrag-ray-", dir="/tmp")
         self.ports = {flag: _free_port() for flag in self.PORT_FLAGS}
-        self.env = dict(os.environ, RAY_AUTH_MODE="token")
+        # Its own token, so the head, `ray job submit` and the job's driver share it and nothing else.
+        token_file = Path(self.temp_dir) / "auth_token"
+        token_file.write_text(secrets.token_hex(32))
+        self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
+        self.env.pop("RAY_AUTH_TOKEN", None)
         command = [str(RAY_BIN), "start", "--head", "--block", "--temp-dir", self.temp_dir,
                    "--num-cpus", str(num_cpus), "--num-gpus", "0", "--include-dashboard", "true",
                    "--dashboard-host", "127.0.0.1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
