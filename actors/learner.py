@@ -29,6 +29,7 @@ import torch
 from ray.util.queue import Queue
 
 from mmrag.config import Config
+from mmrag.training.updates import LocalLoss
 
 
 @dataclass
@@ -61,12 +62,12 @@ class LossModule(torch.nn.Module):
     wherever they are read, including weights read outside their own submodule's forward.
     """
 
-    def __init__(self, owned: torch.nn.Module, loss: Callable[[list], tuple[torch.Tensor, int]]):
+    def __init__(self, owned: torch.nn.Module, loss: Callable[[list], LocalLoss]):
         super().__init__()
         self.owned = owned
         self.loss = loss
 
-    def forward(self, roots: list) -> tuple[torch.Tensor, int]:
+    def forward(self, roots: list) -> LocalLoss:
         return self.loss(roots)
 
 
@@ -135,15 +136,17 @@ class _Worker:
         count = example_count(name, mine, self.cfg.train)
         total_count = int(self._sum(count))
         if not total_count:
-            return {"loss": 0.0, "pairs" if name == "translator" else "examples": 0}
+            return {"loss": 0.0, "examples": 0}
         # DeepSpeed averages gradients over the ranks: weighting this rank's mean loss by its share of
         # the examples makes the step the reference trainer's on the whole batch. A rank whose slice has
         # no signal still joins the gradient reduction, with a zero-weighted loss over the whole batch.
-        loss, _ = engine(mine if count else roots)
-        engine.backward(loss * (self.world * count / total_count))
+        local = engine(mine if count else roots)
+        engine.backward(local.loss * (self.world * count / total_count))
         engine.step()
-        mean_loss = self._sum(float(loss.detach()) * count) / total_count
-        return {"loss": mean_loss, "pairs" if name == "translator" else "examples": total_count}
+        # Per-example means, combined over the ranks weighted by their examples.
+        means = {"loss": float(local.loss.detach()), **local.stats}
+        record = {key: self._sum(value * count) / total_count for key, value in sorted(means.items())}
+        return {**record, "examples": total_count}
 
     def _sum(self, value: float) -> float:
         """The sum of `value` over the ranks."""

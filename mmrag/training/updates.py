@@ -9,6 +9,8 @@ single-process reference trainer and the distributed learners.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from mmrag.config import TrainConfig
@@ -19,6 +21,19 @@ from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss,
                              reranker_preference_pairs, translator_preference_pairs)
 from mmrag.rl.rollout import Node, nodes_at
 from mmrag.training.pipeline import candidates_of
+
+
+@dataclass
+class LocalLoss:
+    """One component's local loss over a batch of scored trees, what it averages over, and what to log."""
+
+    loss: torch.Tensor
+    """Differentiable scalar: the mean over `examples` (a zero with a grad path when there are none)."""
+    examples: int
+    """Translator preference pairs, or reranker selections (pairs with `pairwise`), the loss averages over."""
+    stats: dict[str, float] = field(default_factory=dict)
+    """Per-example means worth logging beside the loss (e.g. DPO reward margin and pair accuracy); the same keys
+    whenever `examples` > 0, since learner ranks combine them key by key."""
 
 
 def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
@@ -33,20 +48,21 @@ def translator_pairs(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question
             for chosen, rejected in translator_preference_pairs(root, cfg.pair_margin, cfg.max_pairs_per_question)]
 
 
-def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig) -> tuple[torch.Tensor, int]:
-    """The translator's local loss over a batch of scored trees, and the number of pairs in it."""
+def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig) -> LocalLoss:
+    """The translator's local loss over a batch of scored trees."""
     pairs = translator_pairs(roots, cfg)
     if not pairs:
-        return torch.zeros((), requires_grad=True), 0
+        return LocalLoss(torch.zeros((), requires_grad=True), 0)
     images = [q.image for q, _, _ in pairs] * 2
     questions = [q.question for q, _, _ in pairs] * 2
     queries = [c.output for _, c, _ in pairs] + [r.output for _, _, r in pairs]
     policy = translator.logprobs(images, questions, queries)
     chosen, rejected = policy[:len(pairs)], policy[len(pairs):]
     if cfg.translator_loss == "dpo_reference_free":
-        return reference_free_dpo_loss(chosen, rejected, cfg.dpo_beta), len(pairs)
+        return LocalLoss(reference_free_dpo_loss(chosen, rejected, cfg.dpo_beta), len(pairs))
     reference = translator.reference_logprobs(images, questions, queries)
-    return dpo_loss(chosen, rejected, reference[:len(pairs)], reference[len(pairs):], cfg.dpo_beta), len(pairs)
+    loss = dpo_loss(chosen, rejected, reference[:len(pairs)], reference[len(pairs):], cfg.dpo_beta)
+    return LocalLoss(loss, len(pairs))
 
 
 def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
@@ -67,12 +83,11 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
     return rows
 
 
-def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig,
-                  temperature: float) -> tuple[torch.Tensor, int]:
-    """The reranker's local loss over a batch of scored trees, and the number of examples in it."""
+def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float) -> LocalLoss:
+    """The reranker's local loss over a batch of scored trees."""
     rows = reranker_rows(roots, cfg)
     if not rows:
-        return torch.zeros((), requires_grad=True), 0
+        return LocalLoss(torch.zeros((), requires_grad=True), 0)
     batch = reranker.featurize([q.image for q, _, _ in rows], [q.question for q, _, _ in rows],
                                [t_node.output for _, t_node, _ in rows],
                                candidates_of([t_node.payload["hits"] for _, t_node, _ in rows]))
@@ -80,11 +95,11 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
         flat = [(row, node) for row, (_, _, examples) in enumerate(rows) for node in examples]
         logprobs = reranker.logprob(batch, [node.output for _, node in flat], [row for row, _ in flat], temperature)
         advantages = torch.tensor([node.advantage for _, node in flat], dtype=logprobs.dtype, device=logprobs.device)
-        return pl_policy_loss(logprobs, advantages), len(flat)
+        return LocalLoss(pl_policy_loss(logprobs, advantages), len(flat))
     flat = [(row, pair) for row, (_, _, pairs) in enumerate(rows) for pair in pairs]
     selections = [c.output for _, (c, _) in flat] + [r.output for _, (_, r) in flat]
     logprobs = reranker.logprob(batch, selections, [row for row, _ in flat] * 2, temperature)
-    return pairwise_preference_loss(logprobs[:len(flat)], logprobs[len(flat):], cfg.dpo_beta), len(flat)
+    return LocalLoss(pairwise_preference_loss(logprobs[:len(flat)], logprobs[len(flat):], cfg.dpo_beta), len(flat))
 
 
 def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
@@ -96,15 +111,16 @@ def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
     raise ValueError(f"example_count: component {component!r}: expected 'translator' or 'reranker'")
 
 
+def _update(optimizer: torch.optim.Optimizer, local: LocalLoss) -> dict:
+    """One optimiser step on a local loss (none without examples, as a batch without signal asks); its record."""
+    if local.examples:
+        _step(optimizer, local.loss)
+    return {"loss": float(local.loss.detach()), "examples": local.examples, **local.stats}
+
+
 def update_translator(translator, optimizer, roots, cfg: TrainConfig) -> dict:
-    loss, pairs = translator_loss(translator, roots, cfg)
-    if pairs:
-        _step(optimizer, loss)
-    return {"loss": float(loss.detach()), "pairs": pairs}
+    return _update(optimizer, translator_loss(translator, roots, cfg))
 
 
 def update_reranker(reranker, optimizer, roots, cfg: TrainConfig, temperature: float) -> dict:
-    loss, examples = reranker_loss(reranker, roots, cfg, temperature)
-    if examples:
-        _step(optimizer, loss)
-    return {"loss": float(loss.detach()), "examples": examples}
+    return _update(optimizer, reranker_loss(reranker, roots, cfg, temperature))
