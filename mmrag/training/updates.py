@@ -48,8 +48,12 @@ def translator_pairs(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question
             for chosen, rejected in translator_preference_pairs(root, cfg.pair_margin, cfg.max_pairs_per_question)]
 
 
-def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig) -> LocalLoss:
-    """The translator's local loss over a batch of scored trees."""
+def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainConfig,
+                    policy_version: int = 0) -> LocalLoss:
+    """The translator's local loss over a batch of scored trees, under the weights of `policy_version`.
+
+    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience.
+    """
     pairs = translator_pairs(roots, cfg)
     if not pairs:
         return LocalLoss(torch.zeros((), requires_grad=True), 0)
@@ -83,8 +87,12 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
     return rows
 
 
-def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float) -> LocalLoss:
-    """The reranker's local loss over a batch of scored trees."""
+def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float,
+                  policy_version: int = 0) -> LocalLoss:
+    """The reranker's local loss over a batch of scored trees, under the weights of `policy_version`.
+
+    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience.
+    """
     rows = reranker_rows(roots, cfg)
     if not rows:
         return LocalLoss(torch.zeros((), requires_grad=True), 0)
