@@ -56,6 +56,8 @@ class EncoderConfig:
     """Texts or images encoded per forward pass."""
     num_gpus: float = 0.0
     """GPUs for each encoder actor (fractions allowed); 0 runs on CPU."""
+    num_replicas: int = 1
+    """Query encoder actors in distributed mode."""
 
 
 @dataclass
@@ -124,6 +126,8 @@ class TranslatorConfig:
     """Weights dtype (bf16 on GPU presets)."""
     num_gpus: float = 0.0
     """GPUs for each translator replica."""
+    num_replicas: int = 1
+    """Translator policy replicas (actors) sampling queries in distributed mode."""
 
 
 @dataclass
@@ -154,6 +158,8 @@ class RerankerConfig:
     """Learning rate."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""
+    num_replicas: int = 1
+    """Reranker policy replicas (actors) sampling selections in distributed mode."""
 
 
 @dataclass
@@ -225,7 +231,10 @@ class TrainConfig:
     shuffle_rewards: bool = False
     """Control experiment: permute rewards across the batch before backprop."""
     max_policy_lag: int = 1
-    """Most policy versions a rollout may lag the learner; 0 is synchronous."""
+    """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
+    out while the learner trains (distributed mode; `local-reference` always runs with 0)."""
+    micro_batch_size: int = 2
+    """Questions per rollout micro-batch: the unit that streams through the stage pools."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25
@@ -246,8 +255,12 @@ class LearnerConfig:
     """CPUs reserved by each learner worker."""
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
-    queue_depth: int = 1
-    """Asynchronous mode: experience batches rolled out ahead of the learner (batches older than max_policy_lag are dropped)."""
+    calls_per_replica: int = 2
+    """Rollout calls each stage actor holds at once (one running, the next queued behind it)."""
+    max_restarts: int = 3
+    """Times Ray restarts a dead stage actor (reloading its model, shard or weights) before its calls fail."""
+    call_retries: int = 3
+    """Times a stage call whose actor died is re-dispatched (to a live replica) before its batch counts as failed."""
 
 
 @dataclass

@@ -15,12 +15,11 @@ import torch
 
 from mmrag.config import TrainConfig
 from mmrag.data.dataset import Question
-from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.reranker import AdaptiveReranker, candidates_of
 from mmrag.models.translator import QueryTranslator
 from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, reference_free_dpo_loss,
                              reranker_preference_pairs, translator_preference_pairs)
 from mmrag.rl.rollout import Node, nodes_at
-from mmrag.training.pipeline import candidates_of
 
 
 @dataclass
