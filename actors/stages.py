@@ -197,13 +197,15 @@ class ActorPools:
     # Stages: blocking calls, for evaluation and installing weights.
 
     def install(self, weights: Weights) -> None:
+        """Sample with `weights` from the next call on. Version 0 without a state: the initial weights every
+        replica loads itself."""
         for component in ("translator", "reranker"):
             state = getattr(weights, component)
-            if state is None:
+            if state is None and weights.version != 0:
                 raise ValueError(f"{component} weights of version {weights.version}: the Ray stages need the "
                                  "published state (a learner that trains in place only serves in-process stages)")
-            ref = state if isinstance(state, ray.ObjectRef) else ray.put(state)
-            self.policy[component] = PolicyWeights(weights.version, (ref,))
+            refs = () if state is None else (state if isinstance(state, ray.ObjectRef) else ray.put(state),)
+            self.policy[component] = PolicyWeights(weights.version, refs)
 
     def translate(self, table, n: int, seed: int):
         return self._run("translate", self._shared(table), n, seed)

@@ -32,8 +32,8 @@ Q = 2  # questions per step (tiny_config)
 class CountingLearner:
     """Each update bumps the version once `done()` has been polled `polls` times; update `fail_at` raises once."""
 
-    def __init__(self, polls: int = 0, fail_at: int | None = None):
-        self.version, self.polls, self.fail_at = 0, polls, fail_at
+    def __init__(self, polls: int = 0, fail_at: int | None = None, driver_dies_at: int | None = None):
+        self.version, self.polls, self.fail_at, self.driver_dies_at = 0, polls, fail_at, driver_dies_at
         self.updates: list[tuple[int, list]] = []
         self.restored_from: list = []
 
@@ -41,6 +41,8 @@ class CountingLearner:
         return Weights(self.version, None, None)
 
     def start_update(self, roots):
+        if len(self.updates) + 1 == self.driver_dies_at:
+            raise DriverKilled
         self.updates.append((self.version, roots))
         return _Pending(self, len(self.updates))
 
@@ -63,6 +65,10 @@ class CountingLearner:
 
     def shutdown(self) -> None:
         pass
+
+
+class DriverKilled(BaseException):
+    """The driver process dying mid-run (as SIGKILL would, but inside the test's process)."""
 
 
 class _Pending:
@@ -168,8 +174,9 @@ def test_synchronous_loop_never_rolls_out_while_the_learner_trains(pipeline, tin
 
 
 def test_rollouts_run_ahead_while_the_learner_trains_within_the_lag_bound(pipeline, tiny_config, tmp_path):
-    train(tiny_config(tmp_path, "train.max_policy_lag=2", "train.steps=6"), InlinePools(pipeline),
-          CountingLearner(polls=4), progress=False)
+    summary = train(tiny_config(tmp_path, "train.max_policy_lag=2", "train.steps=6"), InlinePools(pipeline),
+                    CountingLearner(polls=4), progress=False)
+    assert summary["ledger"]["rolled_out"] == summary["ledger"]["trained"] == 6 * Q, "nothing rolled out in vain"
     records = step_records(tmp_path)
     assert [r["step"] for r in records] == list(range(1, 7))
     assert all(r["policy_lag"] <= 2 for r in records)
@@ -185,7 +192,7 @@ def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_
                         QuestionCursor(load_questions(synth_dir, "train"), 0), ledger)
     pipeline.install(Weights(0, None, None))
     first = rollouts.next_experience(learner_version=0)
-    rollouts.overlap(_Pending(CountingLearner(polls=2), 1))  # batch 2 is drawn by version 0 meanwhile
+    rollouts.overlap(_Pending(CountingLearner(polls=2), 1), steps_after=10)  # batch 2 is drawn by version 0
     pipeline.install(Weights(3, None, None))  # ...and the learner is at version 3 when its turn comes
     fresh = rollouts.next_experience(learner_version=3)
     assert (first.number, fresh.number, fresh.oldest_version) == (1, 3, 3)
@@ -224,8 +231,9 @@ def test_a_failed_stage_call_fails_its_batch_and_the_ledger_counts_it(pipeline, 
 def test_resuming_counts_the_batches_buffered_at_the_checkpoint_as_lost(pipeline, tiny_config, tmp_path):
     settings = ("train.max_policy_lag=1", "train.checkpoint_every=1")
     # The learner is slow enough that the batch rolled out ahead is finished when step 2 is saved.
-    train(tiny_config(tmp_path, *settings, "train.steps=2"), InlinePools(pipeline), CountingLearner(polls=10),
-          progress=False)
+    with pytest.raises(DriverKilled):
+        train(tiny_config(tmp_path, *settings), InlinePools(pipeline), CountingLearner(polls=10, driver_dies_at=3),
+              progress=False)
     buffered_at_checkpoint = step_records(tmp_path)[-1]["ledger"]["buffered"]
     assert buffered_at_checkpoint == Q
     learner = CountingLearner(polls=3)

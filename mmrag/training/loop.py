@@ -105,10 +105,10 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
     last_end = time.perf_counter()
     while run.step < cfg.train.steps:
-        experience = run.rollouts.next_experience(learner.version)
+        experience = run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
         learner_version = learner.version
         pending = learner.start_update(experience.roots)
-        run.rollouts.overlap(pending)
+        run.rollouts.overlap(pending, steps_after=cfg.train.steps - run.step - 1)
         try:
             update = pending.result()
         except LearnerFailed as exc:

@@ -53,10 +53,11 @@ class Rollouts:
         """Started batches not yet handed over, oldest first (rolling out, or finished and buffered)."""
         self.shuffle_rng = random.Random(cfg.train.seed)
 
-    def next_experience(self, learner_version: int) -> Experience:
-        """The oldest fresh batch, scored; rolls out (and drops) what it must to get one."""
+    def next_experience(self, learner_version: int, steps_left: int | None = None) -> Experience:
+        """The oldest fresh batch, scored; rolls out (and drops) what it must to get one, starting no more batches
+        ahead than the `steps_left` (this one included) need."""
         while True:
-            self._fill(training=False)
+            self._fill(training=False, most=steps_left)
             batch = self.queue[0]
             while batch.finished is None:
                 self._pump()
@@ -74,10 +75,11 @@ class Rollouts:
             self.ledger.trained_on(len(roots))
             return experience
 
-    def overlap(self, pending: PendingUpdate) -> None:
-        """Keep rolling out (within the lag bound) until the learner's update is done."""
+    def overlap(self, pending: PendingUpdate, steps_after: int) -> None:
+        """Keep rolling out (within the lag bound, and no more than the `steps_after` this one need) until the
+        learner's update is done."""
         while not pending.done():
-            self._fill(training=True)
+            self._fill(training=True, most=steps_after)
             self._pump(also=pending.futures)
 
     def discard(self) -> None:
@@ -91,8 +93,9 @@ class Rollouts:
         """Questions in finished batches not yet handed over."""
         return sum(len(b.questions) for b in self.queue if b.finished is not None and not b.failed)
 
-    def _fill(self, training: bool) -> None:
-        while len(self.queue) < self.max_lag + (0 if training else 1):
+    def _fill(self, training: bool, most: int | None = None) -> None:
+        limit = self.max_lag + (0 if training else 1)
+        while len(self.queue) < (limit if most is None else min(limit, most)):
             self.started += 1
             questions = self.cursor.next_batch(self.cfg.train.questions_per_step)
             self.queue.append(self.stream.start(questions, self.started))
