@@ -23,7 +23,7 @@ import ray
 from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from cluster.connect import connect
-from cluster.resources import check_fits, resource_plan
+from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
 from mmrag.training.learner import LocalLearner
 from mmrag.training.loop import train
@@ -78,7 +78,10 @@ def run(args: argparse.Namespace) -> int:
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir
     progress = not args.no_progress
     if cfg.train.mode == "distributed":
-        summary = train_distributed(cfg, resume=args.resume, progress=progress)
+        try:
+            summary = train_distributed(cfg, resume=args.resume, progress=progress)
+        except PlanDoesNotFit as exc:
+            sys.exit(f"does not fit: {exc}")
     else:
         summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device)
     print(f"run directory: {summary['run_dir']}")

@@ -85,3 +85,14 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
             *overrides])
 
     return config
+
+
+@pytest.fixture(scope="session")
+def distributed_sync_run(ray_session, tiny_config, tmp_path_factory) -> Path:
+    """A 4-step synchronous distributed run of the tiny config (one learner rank, ZeRO 0): the yardstick that
+    resumed, partitioned, asynchronous and chaos runs are compared with."""
+    from pipelines.train import train_distributed
+
+    run_dir = tmp_path_factory.mktemp("distributed_sync")
+    train_distributed(tiny_config(run_dir, "train.checkpoint_every=2"), progress=False)
+    return run_dir
