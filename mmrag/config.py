@@ -257,8 +257,11 @@ class LearnerConfig:
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     calls_per_replica: int = 2
     """Rollout calls each stage actor holds at once (one running, the next queued behind it)."""
-    max_restarts: int = 3
-    """Times Ray restarts a dead stage actor (reloading its model, shard or weights) before its calls fail."""
+    max_restarts: int = -1
+    """Times Ray restarts a dead stage actor (reloading its model, shard or weights); -1: always. A run stops
+    anyway after `max_failed_batches` rollout batches in a row fail."""
+    max_failed_batches: int = 3
+    """Rollout batches failing in a row that stop the run (an actor that cannot work, not a bad batch)."""
     call_retries: int = 3
     """Times a stage call whose actor died is re-dispatched (to a live replica) before its batch counts as failed."""
 

@@ -21,7 +21,7 @@ from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.ledger import read_metrics
 from mmrag.training.loop import train
 from mmrag.training.pipeline import LocalPipeline
-from mmrag.training.rollouts import Rollouts
+from mmrag.training.rollouts import RolloutFailed, Rollouts
 from mmrag.training.run import QuestionCursor
 from mmrag.data.dataset import load_questions
 from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
@@ -260,3 +260,12 @@ def test_a_learner_failure_restores_the_checkpoint_and_redoes_the_steps_after_it
     assert summary["ledger"] == {**RolloutLedger().as_dict(), "rolled_out": 7 * Q, "trained": 5 * Q,
                                  "lost_to_learner_failure": 2 * Q, "steps_redone": 1}
     assert [r["step"] for r in step_records(tmp_path)] == [1, 2, 3, 3, 4, 5]
+
+
+def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeline, tiny_config, tmp_path):
+    class BrokenReranker(FailingOnce):
+        def rerank(self, *args):
+            raise RuntimeError("reranker out of memory")
+
+    with pytest.raises(RolloutFailed, match=r"3 rollout batches failed in a row .* rerank .*reranker out of memory"):
+        train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)

@@ -23,6 +23,10 @@ from mmrag.training.run import QuestionCursor, score_trees
 from mmrag.training.streaming import RolloutBatch, RolloutStream, assemble_trees
 
 
+class RolloutFailed(RuntimeError):
+    """Rollouts keep failing: a stage that cannot work, not one bad batch."""
+
+
 @dataclass
 class Experience:
     """A scored batch of rollout trees, ready for the learner."""
@@ -52,6 +56,7 @@ class Rollouts:
         self.queue: deque[RolloutBatch] = deque()
         """Started batches not yet handed over, oldest first (rolling out, or finished and buffered)."""
         self.shuffle_rng = random.Random(cfg.train.seed)
+        self.failed_in_a_row = 0
 
     def next_experience(self, learner_version: int, steps_left: int | None = None) -> Experience:
         """The oldest fresh batch, scored; rolls out (and drops) what it must to get one, starting no more batches
@@ -63,7 +68,12 @@ class Rollouts:
                 self._pump()
             self.queue.popleft()
             if batch.failed:
+                self.failed_in_a_row += 1
+                if self.failed_in_a_row >= self.cfg.learner.max_failed_batches:
+                    raise RolloutFailed(f"{self.failed_in_a_row} rollout batches failed in a row "
+                                        f"(learner.max_failed_batches); the last: {batch.error}")
                 continue
+            self.failed_in_a_row = 0
             roots = assemble_trees(batch)
             versions = {level: min(n.policy_version for root in roots for n in nodes_at(root, level))
                         for level in ("translator", "reranker")}
