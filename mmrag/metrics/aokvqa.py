@@ -65,6 +65,7 @@ class AokvqaBenchmark:
     name = "aokvqa"
     title = "A-OKVQA: direct-answer and multiple-choice accuracy (official evaluation script rules), %"
     reference_type = AokvqaReference
+    prediction_fields = ("prediction", "choice")
 
     def score(self, reference: AokvqaReference, prediction: Prediction) -> dict[str, Any]:
         if prediction.prediction is None and prediction.choice is None:

@@ -117,6 +117,7 @@ class EvqaBenchmark:
 
     name = "evqa"
     reference_type = EvqaReference
+    prediction_fields = ("prediction",)
 
     def __init__(self, bem: BemScorer | None = None) -> None:
         self.bem = bem

@@ -151,6 +151,7 @@ class InfoseekBenchmark:
     name = "infoseek"
     title = "InfoSeek: accuracy (official infoseek_eval.py rules), %; final_score = harmonic mean of the splits"
     reference_type = InfoseekReference
+    prediction_fields = ("prediction",)
 
     def score(self, reference: InfoseekReference, prediction: Prediction) -> dict[str, Any]:
         return {"score": infoseek_correct(prediction.text(), reference), "data_split": reference.data_split,

@@ -106,6 +106,7 @@ class OkvqaBenchmark:
     name = "okvqa"
     title = "OK-VQA: VQA accuracy (official vqaEval.py rules), %"
     reference_type = OkvqaReference
+    prediction_fields = ("prediction",)
 
     def score(self, reference: OkvqaReference, prediction: Prediction) -> dict[str, Any]:
         return {"score": vqa_accuracy(prediction.text(), reference.answers, reference.annotators)}

@@ -43,6 +43,8 @@ class Benchmark(Protocol):
     title: str
     """What the aggregates are, as printed above them."""
     reference_type: type
+    prediction_fields: tuple[str, ...]
+    """The Prediction fields it reads ("prediction", and "choice" for multiple choice)."""
 
     def score(self, reference: Any, prediction: Prediction) -> dict[str, Any]:
         """Per-example scores in [0, 1] (None where the question is not part of that score) and details."""
@@ -74,8 +76,8 @@ def score_predictions(benchmark: Benchmark, references: Mapping[str, Any], predi
     unknown = [qid for qid in predictions if qid not in references]
     if not partial and (missing or unknown):
         raise ScoringError(_coverage_message(missing, unknown, len(references)))
-    if not partial:
-        _check_same_fields(predictions.values())
+    if not partial and len(benchmark.prediction_fields) > 1:
+        _check_same_fields(list(predictions.values()), benchmark.prediction_fields)
     scored = [(references[qid], {"question_id": qid, **_given(predictions[qid]),
                                  **benchmark.score(references[qid], predictions[qid])})
               for qid in references if qid in predictions]
@@ -101,12 +103,12 @@ def _given(prediction: Prediction) -> dict[str, Any]:
     return given
 
 
-def _check_same_fields(predictions: Iterable[Prediction]) -> None:
+def _check_same_fields(predictions: list[Prediction], fields: tuple[str, ...]) -> None:
     """Every prediction gives the same fields: one without 'choice' among others with it would leave the
     multiple-choice average over a silent subset."""
     first_with: dict[str, Prediction] = {}
     for prediction in predictions:
-        for name in ("prediction", "choice"):
+        for name in fields:
             if getattr(prediction, name) is not None:
                 first_with.setdefault(name, prediction)
     for prediction in predictions:
