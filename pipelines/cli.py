@@ -16,6 +16,7 @@ COMMANDS = {
     "eval": "pipelines.eval",
     "report": "pipelines.report",
     "convert": "pipelines.convert",
+    "score": "pipelines.score",
 }
 
 
