@@ -1,13 +1,16 @@
 """The command line: README and CI agree, and every command explains its options."""
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 
 from pipelines.cli import COMMANDS, build_parser
+from pipelines.options import config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +26,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_option_has_help(command):
-    parser = build_parser()
+    parser = build_parser(command)
     sub = parser._subparsers._group_actions[0].choices[command]
     for action in sub._actions:
         if action.dest != "help":
@@ -37,7 +40,16 @@ def test_module_entry_point_help():
 
 
 def test_bad_override_is_one_line_error():
-    args = build_parser().parse_args(["synth", "--set", "data.nope=1"])
+    args = build_parser("synth").parse_args(["synth", "--set", "data.nope=1"])
     with pytest.raises(SystemExit) as exit_info:
         args.run(args)
     assert "data.nope: unknown key" in str(exit_info.value)
+
+
+def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DS_ACCELERATOR", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    config_from_args(build_parser("index").parse_args(["index", "--config", str(ROOT / "configs/local.yaml")]))
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["DS_ACCELERATOR"] == "cpu"
