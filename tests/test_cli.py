@@ -53,3 +53,17 @@ def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
     config_from_args(build_parser("index").parse_args(["index", "--config", str(ROOT / "configs/local.yaml")]))
     assert huggingface_hub.constants.HF_HUB_OFFLINE is True
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["DS_ACCELERATOR"] == "cpu"
+
+
+def test_default_commands_print_no_warning(tmp_path, synth_dir):
+    # A fresh zoo cache, so building the random tiny CLIP and saving the tiny LVLM (what
+    # used to warn of random weights and of DeepSpeed's accelerator guess) happens here.
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "PYTHONWARNINGS")}
+    dirs = [f"--set=zoo.cache_dir={tmp_path / 'zoo'}", f"--set=data.dir={synth_dir}",
+            f"--set=index.dir={tmp_path / 'index'}", "--set=encoder.pretrained=zoo:tiny-clip-init"]
+    for command in (["zoo", "--only", "tiny-clip-init", "tiny-lvlm"], ["index"]):
+        result = subprocess.run([sys.executable, "-m", "pipelines.cli", *command, *dirs], capture_output=True,
+                                text=True, cwd=ROOT, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        lines = (result.stdout + result.stderr).replace("\r", "\n").splitlines()
+        assert [line for line in lines if "warn" in line.lower()] == [], f"mmrag {command[0]}"
