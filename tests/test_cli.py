@@ -24,6 +24,13 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert ci_lines == [quickstart[1]]
 
 
+def test_readme_links_only_to_files_inside_the_repository():
+    targets = re.findall(r"\]\(([^)#\s]+)", (ROOT / "README.md").read_text())
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links to its architecture document"
+    assert [t for t in local if not (ROOT / t).resolve().is_relative_to(ROOT)] == []
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_option_has_help(command):
     parser = build_parser(command)
