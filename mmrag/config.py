@@ -1,13 +1,16 @@
 """Typed configuration: one dataclass per pipeline stage, loaded strictly from YAML.
 
-Every entry point reads a `Config` with `load_config(path, overrides)`. Unknown keys,
-wrong types and values outside a field's allowed set are rejected with the full key
-path (`train.dpo_beta: expected float, got 'abc'`), so a typo never silently falls
-back to a default. `--set a.b=value` overrides are parsed as YAML scalars.
+Every entry point reads a `Config` with `load_config(path, overrides)`. The defaults
+written here are the local scenario (configs/local.yaml adds only its paths). Pydantic
+validates the plain dataclasses: unknown keys, wrong types and values outside a field's
+allowed set are rejected with the full key path (`train.dpo_beta: expected float, got
+'abc'`), so a typo never silently falls back to a default. `--set a.b=value` overrides
+are parsed as YAML scalars; "3e-4" is a float, as in YAML 1.2.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 import typing
@@ -397,8 +400,8 @@ def _set_override(tree: dict, assignment: str) -> None:
 
 
 def config_from_dict(data: dict, overrides: list[str] = ()) -> Config:
-    """Build a `Config` from a plain mapping plus `a.b=value` overrides."""
-    tree = dict(data)
+    """Build a `Config` from a plain mapping plus `a.b=value` overrides (`data` is left as it was)."""
+    tree = copy.deepcopy(data)
     for assignment in overrides:
         _set_override(tree, assignment)
     try:

@@ -86,6 +86,8 @@ def test_overrides_parse_yaml_values():
     assert cfg.train.steps == 7 and cfg.train.aggregate == "max"
     assert cfg.translator.lora.enabled is True
     assert cfg.translator.lora.target_modules == ["q_proj", "k_proj"]
+    saved = {"train": {"steps": 3}}
+    assert config_from_dict(saved, ["train.seed=4"]).train.seed == 4 and saved == {"train": {"steps": 3}}
 
 
 def test_override_errors_are_named():
