@@ -1,0 +1,205 @@
+"""The learners take the same steps: in process, one ZeRO-0 rank, two ZeRO-3 ranks; checkpoints; rank death.
+
+Real scored trees: 4 batches of 2 questions, rolled out on-policy by `LocalPipeline` with the
+`LocalLearner`'s own components (trained in place between batches), then fed unchanged to
+the DeepSpeed learner groups. Random tiny zoo models, as in tests/test_distributed_train.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+from test_distributed_train import tiny_index  # noqa: F401 (a module fixture: pytest finds it by name)
+from test_distributed_train import QUESTIONS_PER_STEP, assert_same_exported_weights, tiny_config
+
+from actors.learner import LearnerGroup, LearnerRankError
+from cluster.resources import PlanDoesNotFit
+from mmrag.config import Config
+from mmrag.data.dataset import load_questions
+from mmrag.rl.rollout import Node
+from mmrag.training.learner import COMPONENTS, Learner, LearnerUpdate, LocalLearner, Weights
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.reference import score_trees
+from mmrag.training.rollout_batch import rollout_batch
+from mmrag.training.updates import example_count
+
+SIGNAL_BY_STEP = (True, False, True, True)
+"""Whether each step's batch carries learning signal for both components (True) or for neither (False)."""
+MAX_DRAWS = 200
+CHECKPOINT_AFTER = 2
+
+
+@dataclass
+class Run:
+    """What one learner did on the shared batches: its updates, the checkpoint after step 2, and its export."""
+
+    learner: Learner
+    updates: list[LearnerUpdate]
+    out: Path
+    """Holds `checkpoint/` and `export/`."""
+
+
+def drive(learner: Learner, batches: Iterable[list[Node]], out: Path, first_step: int = 1) -> list[LearnerUpdate]:
+    """One update per batch; a checkpoint into out/checkpoint after step CHECKPOINT_AFTER; export at the end."""
+    updates = []
+    for step, roots in enumerate(batches, start=first_step):
+        pending = learner.start_update(roots)
+        updates.append(pending.result())
+        assert pending.done()
+        if step == CHECKPOINT_AFTER:
+            learner.save(out / "checkpoint")
+    learner.export(out / "export")
+    return updates
+
+
+def assert_same_steps(actual: list[LearnerUpdate], expected: list[LearnerUpdate]) -> None:
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected):
+        assert a.version == a.weights.version == b.version
+        assert a.losses.keys() == b.losses.keys()
+        for component, record in b.losses.items():
+            assert a.losses[component].keys() == record.keys(), component
+            assert a.losses[component]["examples"] == record["examples"], component
+            for key, value in record.items():
+                assert a.losses[component][key] == pytest.approx(value, abs=1e-5), (a.version, component, key)
+
+
+def assert_same_weights(actual: Weights, expected: Weights) -> None:
+    assert actual.version == expected.version
+    for component in COMPONENTS:
+        got, want = ray.get(getattr(actual, component)), ray.get(getattr(expected, component))
+        assert got.keys() == want.keys()
+        for name, tensor in want.items():
+            torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=1e-4, msg=f"{component}/{name}")
+
+
+@pytest.fixture(scope="module")
+def cfg(synth_dir, tiny_index, zoo_dir, tmp_path_factory) -> Config:
+    return tiny_config(synth_dir, tiny_index, zoo_dir, str(tmp_path_factory.mktemp("learner")))
+
+
+@pytest.fixture(scope="module")
+def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
+    """The in-process learner trained on its own rollouts; returns the run and the scored batches."""
+    learner = LocalLearner.from_config(cfg)
+    pipeline = dataclasses.replace(LocalPipeline.from_config(cfg), translator=learner.translator,
+                                   reranker=learner.reranker)
+    questions = load_questions(cfg.data.dir, "train")
+    shuffle_rng, batches, draws = random.Random(cfg.train.seed), [], iter(range(MAX_DRAWS))
+
+    def rollouts():
+        """Batches drawn under the weights the learner has just reached, with SIGNAL_BY_STEP's learning signal
+        (most batches of the tiny random models have none, a few have only one component's)."""
+        for signal in SIGNAL_BY_STEP:
+            for draw in draws:
+                torch.manual_seed(draw)
+                first = draw * QUESTIONS_PER_STEP % (len(questions) - QUESTIONS_PER_STEP)
+                roots = rollout_batch(pipeline, questions[first:first + QUESTIONS_PER_STEP],
+                                      cfg.translator.num_samples, cfg.reranker.num_samples, learner.version)
+                score_trees(roots, cfg, shuffle_rng)
+                if {bool(example_count(name, roots, cfg.train)) for name in COMPONENTS} == {signal}:
+                    break
+            else:
+                pytest.fail(f"no batch with signal={signal} in {MAX_DRAWS} draws")
+            batches.append(roots)
+            yield roots
+
+    out = tmp_path_factory.mktemp("local")
+    updates = drive(learner, rollouts(), out)
+    return Run(learner, updates, out), batches
+
+
+@pytest.fixture(scope="module")
+def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
+    group = LearnerGroup(cfg)
+    try:
+        out = tmp_path_factory.mktemp("zero0")
+        yield Run(group, drive(group, local_run[1], out), out)
+    finally:
+        group.shutdown()
+
+
+@pytest.fixture(scope="module")
+def zero3_run(ray_session, cfg, local_run, tmp_path_factory):
+    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3)
+    group = LearnerGroup(dataclasses.replace(cfg, learner=learner))
+    try:
+        out = tmp_path_factory.mktemp("zero3")
+        yield Run(group, drive(group, local_run[1], out), out)
+    finally:
+        group.shutdown()
+
+
+def test_in_process_learner_restored_from_its_checkpoint_continues_as_if_uninterrupted(cfg, local_run):
+    run, batches = local_run
+    resumed = LocalLearner.from_config(cfg)
+    resumed.load(run.out / "checkpoint")
+    assert resumed.version == CHECKPOINT_AFTER
+    out = run.out / "resumed"
+    assert_same_steps(drive(resumed, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(run.out))
+
+
+def test_one_zero0_rank_takes_the_in_process_learners_steps(local_run, zero0_run):
+    run, _ = local_run
+    assert_same_steps(zero0_run.updates, run.updates)
+    assert_same_exported_weights(str(zero0_run.out), str(run.out))
+
+
+def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run):
+    """Each rank trains on its slice with its loss weighted by its share of the examples, so two ZeRO-3 ranks
+    (weights, gradients and optimiser state partitioned between them) end where one unpartitioned rank does."""
+    # Both components must have learned on more than Adam's first step, whose size ignores the gradient's.
+    for component in COMPONENTS:
+        assert sum(u.losses[component]["examples"] > 0 for u in zero0_run.updates) >= 2, component
+    assert_same_steps(zero3_run.updates, zero0_run.updates)
+    assert_same_exported_weights(str(zero3_run.out), str(zero0_run.out))
+
+
+def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):
+    group, out = zero0_run.learner, zero0_run.out / "reloaded"
+    group.load(zero0_run.out / "checkpoint")
+    assert group.version == CHECKPOINT_AFTER
+    assert_same_weights(group.weights(), zero0_run.updates[CHECKPOINT_AFTER - 1].weights)
+    assert_same_steps(drive(group, local_run[1][CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      zero0_run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(zero0_run.out))
+
+
+def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_from_the_checkpoint(local_run,
+                                                                                                zero3_run):
+    group, batches, out = zero3_run.learner, local_run[1], zero3_run.out / "restarted"
+    pid = group.pids()[1]  # asked first: a rank answers calls in order, so after the update it would be too late
+    pending = group.start_update(batches[0])
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(LearnerRankError, match="learner rank 1 died during update") as failure:
+        pending.result()
+    assert failure.value.rank == 1
+    group.restart(zero3_run.out / "checkpoint")
+    assert group.version == CHECKPOINT_AFTER
+    assert_same_weights(group.weights(), zero3_run.updates[CHECKPOINT_AFTER - 1].weights)
+    assert_same_steps(drive(group, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      zero3_run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(zero3_run.out))
+
+
+def test_a_group_the_cluster_cannot_hold_fails_before_placing_a_rank(ray_session, cfg):
+    learner = dataclasses.replace(cfg.learner, num_cpus_per_worker=1000.0)
+    with pytest.raises(PlanDoesNotFit, match="learner_workers: needs 1 x 1000 CPU"):
+        LearnerGroup(dataclasses.replace(cfg, learner=learner))
+
+
+def test_a_rank_that_cannot_load_its_model_fails_the_start_naming_itself(ray_session, cfg):
+    translator = dataclasses.replace(cfg.translator, model="zoo:no-such-model")
+    with pytest.raises(LearnerRankError, match="learner rank 0 failed during start-up: ZooError: zoo:no-such-model: unknown zoo model"):
+        LearnerGroup(dataclasses.replace(cfg, translator=translator))
