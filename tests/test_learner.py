@@ -1,6 +1,6 @@
 """The learners take the same steps: in process, one ZeRO-0 rank, two ZeRO-3 ranks; checkpoints; rank death.
 
-Real scored trees: 4 batches of 2 questions, rolled out on-policy by `LocalPipeline` with the
+Real scored trees: 4 batches of 2 or 3 questions, rolled out on-policy by `LocalPipeline` with the
 `LocalLearner`'s own components (trained in place between batches), then fed unchanged to
 the DeepSpeed learner groups. Random tiny zoo models, as in tests/test_distributed_train.py.
 """
@@ -19,7 +19,7 @@ import pytest
 import ray
 import torch
 from test_distributed_train import tiny_index  # noqa: F401 (a module fixture: pytest finds it by name)
-from test_distributed_train import QUESTIONS_PER_STEP, assert_same_exported_weights, tiny_config
+from test_distributed_train import QUESTIONS_PER_STEP, assert_same_exported_weights, exported_weights, tiny_config
 
 from actors.learner import LearnerGroup, LearnerRankError
 from cluster.resources import PlanDoesNotFit
@@ -32,9 +32,15 @@ from mmrag.training.reference import score_trees
 from mmrag.training.rollout_batch import rollout_batch
 from mmrag.training.updates import example_count
 
-SIGNAL_BY_STEP = (True, False, True, True)
-"""Whether each step's batch carries learning signal for both components (True) or for neither (False)."""
+SIGNAL_ROOTS_BY_STEP = (1, 0, 3, 1)
+"""How many questions of each step's batch carry learning signal for both components; the others carry none
+(padded to QUESTIONS_PER_STEP). Step 3's three split 2:1 over two ranks: only unequal example counts on the
+ranks make the per-rank loss weighting matter."""
 MAX_DRAWS = 200
+SHIFT_GAUGE = "reranker/head.mlp.4.bias"
+"""The reranker head's output bias shifts every candidate logit and the STOP logit (anchored on them) alike: the
+policy ignores it and its true gradient is zero, so Adam turns the rounding noise of a gradient summed over two
+ranks instead of one into steps of about the learning rate either way. Not compared across summation orders."""
 CHECKPOINT_AFTER = 2
 
 
@@ -96,22 +102,30 @@ def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
     questions = load_questions(cfg.data.dir, "train")
     shuffle_rng, batches, draws = random.Random(cfg.train.seed), [], iter(range(MAX_DRAWS))
 
+    def draw() -> list[Node]:
+        """QUESTIONS_PER_STEP scored trees drawn under the weights the learner has just reached."""
+        number = next(draws, None)
+        if number is None:
+            pytest.fail(f"{MAX_DRAWS} rollouts did not give the batches SIGNAL_ROOTS_BY_STEP asks for")
+        torch.manual_seed(number)
+        first = number * QUESTIONS_PER_STEP % (len(questions) - QUESTIONS_PER_STEP)
+        roots = rollout_batch(pipeline, questions[first:first + QUESTIONS_PER_STEP], cfg.translator.num_samples,
+                              cfg.reranker.num_samples, learner.version)
+        score_trees(roots, cfg, shuffle_rng)
+        return roots
+
     def rollouts():
-        """Batches drawn under the weights the learner has just reached, with SIGNAL_BY_STEP's learning signal
-        (most batches of the tiny random models have none, a few have only one component's)."""
-        for signal in SIGNAL_BY_STEP:
-            for draw in draws:
-                torch.manual_seed(draw)
-                first = draw * QUESTIONS_PER_STEP % (len(questions) - QUESTIONS_PER_STEP)
-                roots = rollout_batch(pipeline, questions[first:first + QUESTIONS_PER_STEP],
-                                      cfg.translator.num_samples, cfg.reranker.num_samples, learner.version)
-                score_trees(roots, cfg, shuffle_rng)
-                if {bool(example_count(name, roots, cfg.train)) for name in COMPONENTS} == {signal}:
-                    break
-            else:
-                pytest.fail(f"no batch with signal={signal} in {MAX_DRAWS} draws")
-            batches.append(roots)
-            yield roots
+        """Each step's batch, from fresh draws (most trees of the tiny random models carry no signal)."""
+        for wanted in SIGNAL_ROOTS_BY_STEP:
+            # Trees with both components' signal (True) and with none (False); one component's alone is not kept.
+            kinds, padding = {True: [], False: []}, max(0, QUESTIONS_PER_STEP - wanted)
+            while len(kinds[True]) < wanted or len(kinds[False]) < padding:
+                for root in draw():
+                    signal = {bool(example_count(name, [root], cfg.train)) for name in COMPONENTS}
+                    if len(signal) == 1:
+                        kinds[signal.pop()].append(root)
+            batches.append(kinds[True][:wanted] + kinds[False][:padding])
+            yield batches[-1]
 
     out = tmp_path_factory.mktemp("local")
     updates = drive(learner, rollouts(), out)
@@ -163,7 +177,9 @@ def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run)
     for component in COMPONENTS:
         assert sum(u.losses[component]["examples"] > 0 for u in zero0_run.updates) >= 2, component
     assert_same_steps(zero3_run.updates, zero0_run.updates)
-    assert_same_exported_weights(str(zero3_run.out), str(zero0_run.out))
+    partitioned, single = exported_weights(str(zero3_run.out)), exported_weights(str(zero0_run.out))
+    partitioned.pop(SHIFT_GAUGE), single.pop(SHIFT_GAUGE)
+    torch.testing.assert_close(partitioned, single, atol=1e-5, rtol=1e-4)
 
 
 def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):
