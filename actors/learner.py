@@ -121,8 +121,9 @@ def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: li
     return LearnerRankError(rank, f"learner rank {rank} failed during {what}: {type(cause).__name__}: {cause}")
 
 
-def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float | None = None) -> list:
-    """Each rank's result of one call (refs in rank order), raising `LearnerRankError` as soon as one rank fails.
+def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float | None = None, waiting_for: str = "") -> list:
+    """Each rank's result of one call (refs in rank order), raising `LearnerRankError` as soon as one rank fails,
+    or when `timeout` passes (`waiting_for` says on what, in that error).
 
     Waits on all ranks at once: the others may be blocked in a collective with the failed one.
     """
@@ -134,9 +135,8 @@ def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float | None =
         ready, pending = ray.wait(pending, num_returns=1, timeout=left)
         if not ready:
             late = ", ".join(str(rank_of[ref]) for ref in pending)
-            raise LearnerRankError(rank_of[pending[0]], (
-                f"learner rank {late} did not finish {what} within {timeout:g} s (learner.startup_timeout_s): "
-                f"still waiting for a node with its CPUs/GPUs free, or loading its models"))
+            raise LearnerRankError(rank_of[pending[0]], f"learner rank {late} did not finish {what} within "
+                                                        f"{timeout:g} s (learner.startup_timeout_s): {waiting_for}")
         try:
             results[rank_of[ready[0]]] = ray.get(ready[0])
         except RayError as error:
@@ -185,11 +185,12 @@ class LearnerGroup:
         self.ranks = [LearnerRank.options(**options).remote() for _ in range(world)]
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
-                           learner.startup_timeout_s)
+                           learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)")
             address, port = ray.get(self.ranks[0].rendezvous_address.remote())
             starts = [rank.start.remote(self.cfg, i, world, address, port, None if checkpoint is None else str(checkpoint))
                       for i, rank in enumerate(self.ranks)]
-            self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s)[0]
+            self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s,
+                                          "still joining the process group or loading its models")[0]
             self.published = self._publish()
         except BaseException:
             self.shutdown()

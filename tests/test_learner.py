@@ -219,3 +219,15 @@ def test_a_rank_that_cannot_load_its_model_fails_the_start_naming_itself(ray_ses
     translator = dataclasses.replace(cfg.translator, model="zoo:no-such-model")
     with pytest.raises(LearnerRankError, match="learner rank 0 failed during start-up: ZooError: zoo:no-such-model: unknown zoo model"):
         LearnerGroup(dataclasses.replace(cfg, translator=translator))
+
+
+def test_a_rank_no_node_has_room_for_fails_the_start_after_the_startup_timeout(ray_session, cfg):
+    holder = ray.util.placement_group([{"CPU": 1}])  # the whole cluster fits one rank, but not while this holds
+    ray.get(holder.ready())
+    try:
+        learner = dataclasses.replace(cfg.learner, num_cpus_per_worker=ray.cluster_resources()["CPU"],
+                                      startup_timeout_s=2.0)
+        with pytest.raises(LearnerRankError, match="learner rank 0 did not finish placement within 2 s"):
+            LearnerGroup(dataclasses.replace(cfg, learner=learner))
+    finally:
+        ray.util.remove_placement_group(holder)
