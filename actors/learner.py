@@ -168,7 +168,7 @@ class GroupUpdate:
 class LearnerGroup:
     """`learner.num_workers` DeepSpeed ranks (`learner.zero_stage`), driven as one `Learner`."""
 
-    def __init__(self, cfg: Config, resume_from: str | None = None):
+    def __init__(self, cfg: Config, resume_from: str | Path | None = None):
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
         self.cfg = cfg
@@ -176,7 +176,7 @@ class LearnerGroup:
         check_placeable(cfg)
         self._start(resume_from)
 
-    def _start(self, checkpoint: str | None) -> None:
+    def _start(self, checkpoint: str | Path | None) -> None:
         """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""
         learner, world = self.cfg.learner, self.cfg.learner.num_workers
         options = {"num_cpus": learner.num_cpus_per_worker, "num_gpus": 1 if learner.use_gpu else 0,
@@ -187,7 +187,8 @@ class LearnerGroup:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
                            learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)")
             address, port = ray.get(self.ranks[0].rendezvous_address.remote())
-            starts = [rank.start.remote(self.cfg, i, world, address, port, None if checkpoint is None else str(checkpoint))
+            restore = None if checkpoint is None else str(checkpoint)
+            starts = [rank.start.remote(self.cfg, i, world, address, port, restore)
                       for i, rank in enumerate(self.ranks)]
             self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s,
                                           "still joining the process group or loading its models")[0]

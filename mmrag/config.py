@@ -245,7 +245,7 @@ class LearnerConfig:
     num_cpus_per_worker: float = 1.0
     """CPUs reserved by each learner worker."""
     startup_timeout_s: float = 300.0
-    """Seconds each learner rank may take to be placed, and then to load its models, before the group fails naming it."""
+    """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     queue_depth: int = 1
