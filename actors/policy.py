@@ -26,11 +26,18 @@ class InstalledVersion:
     """The version a replica holds, and the switch to another one."""
 
     def __init__(self) -> None:
-        self.version = 0
+        self.version: int | None = None
+        """None until a version is installed: the replica holds the weights its config loads."""
 
     def ensure(self, weights: PolicyWeights, load: Callable[[dict], None]) -> int:
-        """Install `weights` with `load` unless this replica already holds that version; the version held."""
+        """Install `weights` with `load` unless this replica already holds that version; the version held.
+
+        Version 0 without a reference means the initial weights, which every replica loads itself.
+        """
         if weights.version != self.version:
-            load(ray.get(weights.refs[0]))
+            if weights.refs:
+                load(ray.get(weights.refs[0]))
+            elif weights.version != 0:
+                raise ValueError(f"policy weights of version {weights.version} came without a reference")
             self.version = weights.version
         return self.version

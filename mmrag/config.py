@@ -247,13 +247,15 @@ class TrainConfig:
 @dataclass
 class LearnerConfig:
     num_workers: int = 1
-    """Ray Train workers in the learner group."""
+    """Learner ranks: Ray actors, each with one DeepSpeed engine per trainable component."""
     zero_stage: int = 0
     """DeepSpeed ZeRO stage (0-3)."""
     use_gpu: bool = False
     """One GPU per learner worker."""
     num_cpus_per_worker: float = 1.0
     """CPUs reserved by each learner worker."""
+    startup_timeout_s: float = 300.0
+    """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     calls_per_replica: int = 2

@@ -17,12 +17,11 @@ import signal
 from collections import Counter
 
 import ray
-import torch
+from helpers import assert_same_exported_weights
 
 from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from mmrag.training.accounting import RolloutLedger
-from mmrag.training.export import exported_trainable_weights
 from mmrag.training.ledger import read_metrics
 from mmrag.training.loop import train
 
@@ -90,8 +89,7 @@ def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterr
         pools.shutdown()
     assert_finished_and_balanced(tmp_path, summary)
     assert summary["ledger"]["failed"] == 0, "every lost call was re-dispatched"
-    assert_same_weights(exported_trainable_weights(tmp_path / "export"),
-                        exported_trainable_weights(distributed_sync_run / "export"))
+    assert_same_exported_weights(tmp_path, distributed_sync_run)
 
 
 def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
@@ -108,11 +106,4 @@ def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
     assert_finished_and_balanced(tmp_path, summary)
     assert summary["ledger"]["steps_redone"] == 1
     assert summary["ledger"]["lost_to_learner_failure"] == 2 * cfg.train.questions_per_step
-    assert_same_weights(exported_trainable_weights(tmp_path / "export"),
-                        exported_trainable_weights(distributed_sync_run / "export"))
-
-
-def assert_same_weights(actual: dict, expected: dict) -> None:
-    assert actual.keys() == expected.keys()
-    for name, tensor in expected.items():
-        torch.testing.assert_close(actual[name], tensor, atol=1e-5, rtol=1e-4, msg=name)
+    assert_same_exported_weights(tmp_path, distributed_sync_run)

@@ -1,4 +1,4 @@
-"""Evidence that reward backpropagation learns (issue 5): the reference trainer, small and seeded.
+"""Evidence that reward backpropagation learns: the single-process mode of the trainer, small and seeded.
 
 Uses the fitted zoo (tiny-clip retriever, tiny-lvlm-captioner translator) like
 configs/local.yaml, on a smaller synthetic world. The held-out reward must rise above
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmrag.config import load_config
-from mmrag.training.reference import train_reference
+from pipelines.train import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
@@ -35,7 +35,7 @@ def local_task(tmp_path_factory, zoo_dir):
 def run(local_task, name: str, *extra: str) -> dict:
     root, overrides = local_task
     cfg = load_config(ROOT / "configs/local.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
-    return train_reference(cfg, progress=False)
+    return train_local(cfg, progress=False)
 
 
 def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):

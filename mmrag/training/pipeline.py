@@ -24,7 +24,7 @@ from mmrag.models.translator import QuerySample, QueryTranslator
 from mmrag.retrieval.merge import Hit, LocalRetriever
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.export import load_reranker_weights, with_exported_translator
-from mmrag.training.learner import Weights
+from mmrag.training.learner import Weights, load_trainable_components
 from mmrag.training.seeding import seeded_torch
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections
 
@@ -45,7 +45,10 @@ class LocalPipeline:
 
     @classmethod
     def from_config(cls, cfg: Config, device: str = "cpu", checkpoint: str | None = None) -> LocalPipeline:
-        """Load every component; `checkpoint` (RUN_DIR/export) replaces the untrained translator and reranker."""
+        """Load every component; `checkpoint` (RUN_DIR/export) replaces the untrained translator and reranker.
+
+        The trainable components start where every learner starts (`load_trainable_components`: seeded).
+        """
         cache = cfg.zoo.cache_dir
         if not (Path(cfg.index.dir) / "manifest.json").exists():
             raise FileNotFoundError(f"index.dir: no index at {cfg.index.dir} (build it with `mmrag index`)")
@@ -54,12 +57,13 @@ class LocalPipeline:
         encoder = ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size)
         retriever = LocalRetriever(cfg.index.dir, cfg.index)
         retriever.manifest.check_encoder(encoder.identity, encoder.dim)
+        translator, reranker = load_trainable_components(cfg, device)
         pipeline = cls(
             cfg=cfg,
-            translator=QueryTranslator.from_config(cfg.translator, cache, device),
+            translator=translator,
             encoder=encoder,
             retriever=retriever,
-            reranker=AdaptiveReranker.from_config(cfg.reranker, cache, device),
+            reranker=reranker,
             generator=build_generator(cfg.generator, cache, device),
             reward=build_reward(cfg.reward, cache, device),
         )

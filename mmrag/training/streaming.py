@@ -184,6 +184,15 @@ class RolloutStream:
                 finished.append(batch)
         return finished
 
+    def run(self, questions: list[Question], number: int) -> list[Node]:
+        """Roll out one batch to the end and return its trees (in question order); raises if it failed."""
+        batch = self.start(questions, number)
+        while batch.finished is None:
+            self.pump()
+        if batch.failed:
+            raise StageFailed(batch.error)
+        return assemble_trees(batch)
+
     def abandon(self, batch: RolloutBatch, reason: str) -> None:
         """Stop working on `batch`: its waiting micro-batches are dropped, its calls in flight run out unread."""
         batch.error = reason
