@@ -48,7 +48,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, 
     with contextlib.ExitStack() as cleanup:
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
-        check_fits(resource_plan(cfg), ray.available_resources())
+        check_fits(resource_plan(cfg), ray.cluster_resources())
         pools = ActorPools.launch(cfg, device_time or {})
         cleanup.callback(pools.shutdown)
         learner = LearnerGroup(cfg)

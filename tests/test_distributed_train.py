@@ -1,6 +1,6 @@
 """Distributed training on a local Ray: the one loop on actor pools and a DeepSpeed learner group.
 
-Random tiny zoo models, 2 questions per step, 2 x 2 samples. The synchronous run (a session
+The small synthetic world, 2 questions per step, 3 x 4 samples. The synchronous run (a session
 fixture, 4 steps, a checkpoint every 2) is the yardstick: the single-process mode ends where it
 ends, a run interrupted and resumed ends where it ends, and an asynchronous run keeps its lag
 within the bound while its ledger balances.
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_same_exported_weights
 
+from cluster.resources import PlanDoesNotFit
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.ledger import read_metrics
 from pipelines.train import train_distributed, train_local
@@ -32,7 +33,7 @@ def test_sync_run_records_versions_ledger_and_checkpoints(distributed_sync_run):
         assert r["sampled_versions"] == {"translator": r["step"] - 1, "reranker": r["step"] - 1}
         assert r["ledger"]["rolled_out"] == r["ledger"]["trained"] == Q * r["step"]
         RolloutLedger(**r["ledger"]).check()
-        assert r["leaves"] == Q * 2 * 2 and r["leaves_per_s"] > 0
+        assert r["leaves"] == Q * 3 * 4 and r["leaves_per_s"] > 0
         assert {"translate", "retrieve", "rerank", "answer", "score", "learn"} <= r["stage_seconds"].keys()
     assert sum(r["reranker"]["examples"] for r in records) > 0, "some step must carry signal, or comparisons are vacuous"
     assert [r["step"] for r in read_metrics(distributed_sync_run) if "eval" in r] == [0, 4]
@@ -77,3 +78,9 @@ def test_an_asynchronous_run_keeps_its_lag_within_the_bound(ray_session, tiny_co
     RolloutLedger(**summary["ledger"]).check()
     assert summary["ledger"]["trained"] == 5 * Q
     assert Path(tmp_path / "export" / "export.json").is_file()
+
+
+def test_a_plan_the_cluster_cannot_hold_fails_before_anything_is_placed(ray_session, tiny_config, tmp_path):
+    with pytest.raises(PlanDoesNotFit, match=r"^generator_pool: needs 100 x 0.5 CPU = 50 CPU, but only"):
+        train_distributed(tiny_config(tmp_path, "generator.num_replicas=100"), progress=False)
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -179,7 +179,9 @@ def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run)
     for component in COMPONENTS:
         assert sum(u.losses[component]["examples"] > 0 for u in zero0_run.updates) >= 2, component
     assert_same_steps(zero3_run.updates, zero0_run.updates)
-    assert_same_exported_weights(zero3_run.out, zero0_run.out, skip=(SHIFT_GAUGE,))
+    # Partitioned sums round differently; Adam turns that into differences of a few 1e-5 in weights whose
+    # gradients are tiny. A missing rank weighting moves weights by about the learning rate (1e-3).
+    assert_same_exported_weights(zero3_run.out, zero0_run.out, skip=(SHIFT_GAUGE,), atol=5e-5)
 
 
 def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):
