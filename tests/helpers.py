@@ -9,12 +9,10 @@ import torch
 from mmrag.training.export import exported_trainable_weights
 
 
-def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Path, skip: tuple[str, ...] = (),
-                                 atol: float = 1e-5) -> None:
-    """Two runs' exports hold the same trainable weights, to within `atol` (`skip`: names left out)."""
+def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Path, atol: float = 1e-5) -> None:
+    """Two runs' exports hold the same trainable weights, to within `atol`."""
     expected = exported_trainable_weights(Path(expected_run_dir) / "export")
     actual = exported_trainable_weights(Path(run_dir) / "export")
     assert expected.keys() == actual.keys()
     for name, tensor in expected.items():
-        if name not in skip:
-            torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")

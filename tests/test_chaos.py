@@ -106,4 +106,5 @@ def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
     assert_finished_and_balanced(tmp_path, summary)
     assert summary["ledger"]["steps_redone"] == 1
     assert summary["ledger"]["lost_to_learner_failure"] == 2 * cfg.train.questions_per_step
-    assert_same_exported_weights(tmp_path, distributed_sync_run)
+    # Two ranks sum gradients in another order than the yardstick's one; see test_learner's ZeRO-3 comparison.
+    assert_same_exported_weights(tmp_path, distributed_sync_run, atol=5e-5)
