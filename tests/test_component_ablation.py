@@ -3,6 +3,7 @@
 The reference trainer on random tiny zoo models, a few steps each: a run with
 `train.train_translator: false` must export the reranker it trained and exactly the
 translator it started from, and the other way round. A 0-step run exports the start.
+The same runs show each component's learning signals reaching metrics.jsonl and TensorBoard.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mmrag.config import load_config
+from mmrag.training.ledger import read_metrics
 from mmrag.training.reference import train_reference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +39,10 @@ def run_ablation(synth_dir, zoo_dir, tmp_path_factory):
     build_index(Path(synth_dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
 
     @functools.cache
-    def run(name: str, *extra: str) -> dict[str, dict[str, torch.Tensor]]:
+    def run(name: str, *extra: str) -> Path:
         run_cfg = load_config(ROOT / "configs/local.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
         train_reference(run_cfg, progress=False)
-        return exported(root / name / "export")
+        return root / name
 
     return run
 
@@ -57,7 +60,22 @@ def identical(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -
 
 @pytest.mark.parametrize("trained, frozen", [("translator", "reranker"), ("reranker", "translator")])
 def test_training_one_component_leaves_the_other_bit_identical(run_ablation, trained, frozen):
-    start = run_ablation("start", "train.steps=0")
-    ablated = run_ablation(f"only-{trained}", f"train.train_{frozen}=false")
+    start = exported(run_ablation("start", "train.steps=0") / "export")
+    ablated = exported(run_ablation(f"only-{trained}", f"train.train_{frozen}=false") / "export")
     assert not identical(ablated[trained], start[trained]), f"the {trained} should have learned something"
     assert identical(ablated[frozen], start[frozen])
+
+
+@pytest.mark.parametrize("component, frozen, signals", [
+    ("translator", "reranker", ["reward_margin", "pair_accuracy"]),
+    ("reranker", "translator", ["importance_ratio_mean", "importance_ratio_truncated"]),
+])
+def test_learning_signals_reach_metrics_jsonl_and_tensorboard(run_ablation, component, frozen, signals):
+    run_dir = run_ablation(f"only-{component}", f"train.train_{frozen}=false")
+    updates = [r[component] for r in read_metrics(run_dir) if component in r]
+    with_signal = [update for update in updates if update["examples"] > 0]
+    assert with_signal, f"no step gave the {component} a training example"
+    assert all(set(signals) <= update.keys() for update in with_signal)
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert {f"{component}/{name}" for name in signals} <= set(events.Tags()["scalars"])
