@@ -25,6 +25,8 @@ import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, BatchFeature, GenerationConfig
 
+from mmrag.model_refs import resolve
+
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -39,8 +41,6 @@ class SampledTokens:
 
 def load_lvlm(ref: str, cache_dir: str, dtype: str = "float32", device: str = "cpu"):
     """(model, processor) for `ref` (`zoo:NAME`, a local path or an HF id), in eval mode, left padding."""
-    from mmrag.zoo import resolve
-
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {sorted(TORCH_DTYPES)}")
     path = resolve(ref, cache_dir)

@@ -41,13 +41,13 @@ class QuerySample:
 
 
 def _add_lora(model, lora: LoraConfig):
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
+    # peft takes seconds to import; modules that import this one for its types often build no translator.
+    import peft
 
-    adapter = PeftLoraConfig(
+    adapter = peft.LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
     )
-    return get_peft_model(model, adapter)
+    return peft.get_peft_model(model, adapter)
 
 
 def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
@@ -60,7 +60,7 @@ def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
     if not (export_dir / "adapter_config.json").is_file():
         model, processor = load_lvlm(cfg.model, cache_dir, cfg.dtype, device)
         return (_add_lora(model, cfg.lora) if cfg.lora.enabled else model), processor, False
-    from peft import PeftConfig, PeftModel
+    from peft import PeftConfig, PeftModel  # late, as in _add_lora: seconds to import
 
     base_ref = PeftConfig.from_pretrained(str(export_dir)).base_model_name_or_path
     base, _ = load_lvlm(base_ref, cache_dir, cfg.dtype, device)
@@ -83,7 +83,7 @@ class QueryTranslator:
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
-        from peft import PeftModel
+        from peft import PeftModel  # late, as in _add_lora: seconds to import
 
         self.uses_lora = isinstance(model, PeftModel)
         if not self.uses_lora:

@@ -32,6 +32,11 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
+from mmrag.config import TranslatorConfig
+from mmrag.data.synth import RELATIONS, make_world
+from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
+from mmrag.model_refs import resolve
+from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, response_token_ids, sequence_logprobs
 from mmrag.zoo.fitting import run_fit
 
 FIT_ENTITIES = 1000
@@ -70,15 +75,11 @@ def caption_target(example: CaptionExample, question: str, rng: random.Random) -
 
 def attribute_vocabularies() -> dict[str, tuple[str, ...]]:
     """Attribute kind -> the words it may take, as the synthetic world draws them."""
-    from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
-
     return {"colour": COLOURS, "texture": TEXTURES, "shape": SHAPES, "background": BACKGROUNDS}
 
 
 def load_examples(num_entities: int, seed: int) -> list[CaptionExample]:
     """Every image of a synthetic world (canonical KB pictures and augmented question views)."""
-    from mmrag.data.synth import make_world
-
     world = make_world(num_entities=num_entities, seed=seed)
     by_id = {entity.entity_id: entity for entity in world.entities}
     pictures = [(doc.image, by_id[doc.entity_id]) for doc in world.docs if doc.image is not None]
@@ -92,15 +93,10 @@ def load_examples(num_entities: int, seed: int) -> list[CaptionExample]:
 
 
 def question_templates() -> list[str]:
-    from mmrag.data.synth import RELATIONS
-
     return [t for relation in RELATIONS.values() for t in relation.question_templates]
 
 
 def translator_prompt(question: str) -> str:
-    from mmrag.config import TranslatorConfig
-    from mmrag.models.lvlm import fill_prompt
-
     return fill_prompt(TranslatorConfig().prompt_template, "translator.prompt_template", question=question)
 
 
@@ -163,8 +159,6 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
         batch_size: int = BATCH_SIZE, heads: AttributeHeads | None = None) -> list[float]:
     """Stage two, teacher forcing: mean negative log-likelihood of the assistant tokens (and end of turn),
     plus `ATTRIBUTE_LOSS_WEIGHT` x the attribute loss of `heads` (new heads when None)."""
-    from mmrag.models.lvlm import response_token_ids, sequence_logprobs
-
     rng = random.Random(seed)
     torch.manual_seed(seed)
     heads = attribute_heads_for(model, processor) if heads is None else heads
@@ -197,8 +191,6 @@ def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
 
 def greedy_description_accuracy(model, processor, examples: list[CaptionExample], seed: int) -> dict:
     """Fraction of greedy queries that name the image's colour, texture, shape and background, and of each alone."""
-    from mmrag.models.lvlm import generate
-
     rng = random.Random(seed)
     templates = question_templates()
     prompts = [translator_prompt(rng.choice(templates)) for _ in examples]
@@ -218,9 +210,6 @@ def greedy_description_accuracy(model, processor, examples: list[CaptionExample]
 
 def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS) -> dict:
     """Fit from `zoo:tiny-lvlm` (vision stage, then descriptions), save model + processor, return held-out figures."""
-    from mmrag.models.lvlm import load_lvlm
-    from mmrag.zoo import resolve
-
     model, processor = load_lvlm(resolve("zoo:tiny-lvlm", cache_dir, seed), cache_dir)
     started = time.perf_counter()
     examples = load_examples(FIT_ENTITIES, seed + WORLD_SEED_OFFSET)
