@@ -69,7 +69,7 @@ class Candidate:
         return cls(hit.text, hit.score, None if hit.image is None else decode_image(hit.image))
 
 
-def candidates_of(hits: Sequence[Sequence[Hit]]) -> list[list[Candidate]]:
+def candidates_of(hits: Sequence[Sequence[RetrievedDocument]]) -> list[list[Candidate]]:
     """Rows of retrieval hits as the reranker's candidates (images decoded)."""
     return [[Candidate.from_hit(hit) for hit in row] for row in hits]
 
