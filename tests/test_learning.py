@@ -44,6 +44,8 @@ def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
     assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
     gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
     control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]
-    assert gain > 0.0, real
-    assert gain > control_gain, (real, shuffled)
-    assert real["final"]["recall_at_k"] > real["initial"]["recall_at_k"]
+    # Measured (seed 0, 48 val questions): +0.52 against the control's +0.06.
+    assert gain > 0.3, real
+    assert control_gain < 0.15, shuffled
+    # What is learned: the gold passage is selected, not only retrieved.
+    assert real["final"]["gold_selected"] > real["initial"]["gold_selected"] + 0.3, real

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import RolloutLedger
@@ -32,8 +33,12 @@ Q = 2  # questions per step (tiny_config)
 class CountingLearner:
     """Each update bumps the version once `done()` has been polled `polls` times; update `fail_at` raises once."""
 
-    def __init__(self, polls: int = 0, fail_at: int | None = None, driver_dies_at: int | None = None):
+    def __init__(self, polls: int = 0, fail_at: int | None = None, driver_dies_at: int | None = None,
+                 nudged: LocalPipeline | None = None):
         self.version, self.polls, self.fail_at, self.driver_dies_at = 0, polls, fail_at, driver_dies_at
+        self.nudged = nudged
+        """A pipeline whose translator and reranker each update moves a little, so that samples' log-probs differ
+        from version to version."""
         self.updates: list[tuple[int, list]] = []
         self.restored_from: list = []
 
@@ -86,6 +91,10 @@ class _Pending:
             self.learner.fail_at = None
             raise LearnerFailed(f"rank 0 died during update {self.number}")
         self.learner.version += 1
+        if self.learner.nudged is not None:
+            with torch.no_grad():
+                self.learner.nudged.reranker.stop_scorer.linear.bias.add_(0.1)
+                next(self.learner.nudged.translator.model.parameters()).mul_(1.01)
         return LearnerUpdate(self.learner.version, {}, 0.0, self.learner.weights())
 
 
@@ -203,10 +212,11 @@ def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_
 
 def test_every_sample_records_the_version_that_drew_it(pipeline, tiny_config, tmp_path):
     recorder = VersionRecorder(pipeline)
-    learner = CountingLearner(polls=1)
+    initial = (pipeline.translator.trainable_state_dict(), pipeline.reranker.trainable_state_dict())
+    learner = CountingLearner(polls=1, nudged=pipeline)
     train(tiny_config(tmp_path, "train.max_policy_lag=1", "train.steps=5"), InlinePools(recorder), learner,
           progress=False)
-    pipeline.install(Weights(0, None, None))
+    pipeline.install(Weights(0, *initial))
     mixed = 0
     for learner_version, roots in learner.updates:
         for root in roots:
