@@ -292,8 +292,23 @@ class ServingConfig:
     """Requests one replica works on at once (at least `max_batch_size`, so batches can fill)."""
     max_batch_size: int = 8
     """Most requests one `@serve.batch` call of a model deployment groups together."""
-    batch_wait_timeout_s: float = 0.005
-    """How long a model deployment waits to fill a batch before running a partial one."""
+    batch_wait_timeout_s: float = 0.0
+    """How long a model deployment waits to fill a batch before running a partial one (0: run what is queued)."""
+    stage_groups: list[list[Literal["translate", "encode", "retrieve", "rerank", "generate"]]] = field(
+        default_factory=lambda: [["translate", "encode", "retrieve", "rerank", "generate"]])
+    """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
+    image_by_reference: bool = True
+    """When several deployments read a request's image, put it in the object store once and pass them its reference."""
+    max_queued_requests: int = 64
+    """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
+    retry_after_s: int = 1
+    """`Retry-After` seconds sent with every 503 (queue full, or the pipeline unavailable)."""
+    request_timeout_s: float = 30.0
+    """Longest the ingress works on a request (retries after a replica failure included); past it, a 503."""
+    body_timeout_s: float = 10.0
+    """Longest the ingress waits for a request body to arrive in full; slower is a 408."""
+    health_check_period_s: float = 2.0
+    """Seconds between Serve's health checks of each replica (how soon a dead replica is replaced)."""
 
 
 @dataclass
