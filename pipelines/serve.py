@@ -15,6 +15,7 @@ this command started it, and exits with status 0. The same application runs unde
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return 2
-    started_ray = connect(args.address or cfg.ray.address, cfg.ray.num_cpus)
+    address = args.address or cfg.ray.address or os.environ.get("RAY_ADDRESS", "")
+    connect(address, cfg.ray.num_cpus)
     # After ray.init, whose native handler would answer SIGTERM with a stack dump and no cleanup.
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, _stop)
@@ -65,11 +67,13 @@ def run(args: argparse.Namespace) -> int:
         # Cleanup runs to the end: a second signal must not leave the application deployed.
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)
-        print("stopping: deleting the application" + (" and shutting Ray down" if started_ray else ""), flush=True)
-        serve.delete(args.name)
-        if started_ray:
+        if address:
+            print(f"stopping: deleting the application {args.name!r}; the cluster keeps running", flush=True)
+            serve.delete(args.name)
+        else:
+            print("stopping: deleting the application and shutting down the Ray this command started", flush=True)
             serve.shutdown()
-            ray.shutdown()
+        ray.shutdown()
     return 0
 
 

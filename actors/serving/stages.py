@@ -14,13 +14,16 @@ from ray import ObjectRef, serve
 
 from actors.serving import configure_batching, prepare_replica
 from mmrag.config import Config
-from mmrag.serving.stages import GreedyStages
 from mmrag.serving.state import StageState
 
 
 @serve.deployment
 class StageGroupDeployment:
     def __init__(self, cfg: Config, checkpoint: str, stages: list[str]):
+        # torch and the model code load in the replica only: the driver that binds the
+        # application (`mmrag serve`) starts and stops faster without them.
+        from mmrag.serving.stages import GreedyStages
+
         self.group = GreedyStages.from_config(cfg, checkpoint, stages, prepare_replica(cfg))
         configure_batching(self.run, cfg.serving)
 

@@ -112,8 +112,12 @@ def decode_request_image(data: bytes, limits: RequestLimits) -> Image.Image:
 
 
 def validation_error(exc: ValidationError, model: type[BaseModel]) -> RequestError:
-    """The first error of a pydantic validation as a `RequestError` naming its field (dotted path)."""
-    error = exc.errors(include_url=False)[0]
+    """The first error of a pydantic validation as a `RequestError` naming its field (dotted path).
+
+    Unknown fields come first: a misspelt name also makes the field it stands for missing.
+    """
+    errors = exc.errors(include_url=False)
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     field = ".".join(str(part) for part in error["loc"]) or "body"
     kind = error["type"]
     if kind == "json_invalid":
