@@ -11,12 +11,15 @@ It starts a local Ray and, in one run:
    (`LocalPipeline` + `greedy_batch`, one question per call) with `POST /v1/answer`.
    Overhead = HTTP median - in-process median. The stage columns are the ingress's own
    timings (medians); "proxy + HTTP" is what the client waited beyond the ingress's total.
-2. The configuration as given (the last option): p50, p95, requests/s and errors at each
+2. Batching settings, measured against each other: max_batch_size and batch wait under a
+   closed loop at concurrency 16.
+3. The configuration as given (the last option): p50, p95, requests/s and errors at each
    concurrency level (closed loop).
-3. Load: concurrency 64 for `--load-seconds` (at least 60 s): every status, the timeouts, p95.
-4. Overload: twice the capacity the config admits (ingress replicas x max_ongoing_requests +
-   max_queued_requests) for `--overload-seconds`: what is refused, with which status and
-   Retry-After, and how fast.
+4. Load: concurrency 64 for `--load-seconds` (at least 60 s): every status, the timeouts, p95.
+5. Overload: twice the capacity the config admits (ingress replicas x max_ongoing_requests +
+   max_queued_requests) for `--overload-seconds`, clients waiting Retry-After seconds after a
+   503 as a well-behaved client does: what is refused, with which status and Retry-After, and
+   how fast.
 Prints Markdown tables, appends them to benchmarks/RESULTS.md with the machine and date,
 and writes benchmarks/results/serve.json.
 """
@@ -60,6 +63,9 @@ OPTIONS = [
       "serving.image_by_reference=true"]),
     ("as configured", []),
 ]
+BATCHING = [(1, 0.0), (8, 0.0), (8, 0.005), (32, 0.0)]
+"""(serving.max_batch_size, serving.batch_wait_timeout_s) compared under concurrency."""
+BATCHING_CONCURRENCY = 16
 
 
 @dataclass
@@ -105,10 +111,11 @@ def sequential(pipeline, questions, bodies: list[dict], url: str) -> dict:
     return row
 
 
-async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s: float,
-                      count: int | None = None, seconds: float | None = None) -> tuple[list[Outcome], float]:
-    """`concurrency` clients each sending the next body as soon as their last reply came, until `count`
-    requests were sent or `seconds` passed; every outcome, and the wall seconds."""
+async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s: float, count: int | None = None,
+                      seconds: float | None = None, honour_retry_after: bool = False) -> tuple[list[Outcome], float]:
+    """`concurrency` clients each sending the next body as soon as their last reply came (or, refused, after
+    Retry-After seconds), until `count` requests were sent or `seconds` passed; every outcome, and the wall
+    seconds."""
     outcomes: list[Outcome] = []
     sent = 0
     start = time.perf_counter()
@@ -129,6 +136,8 @@ async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s:
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status, retry_after = 0, None
             outcomes.append(Outcome(status, (time.perf_counter() - begin) * 1000, retry_after))
+            if honour_retry_after and status == 503 and retry_after:
+                await asyncio.sleep(float(retry_after))
 
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
@@ -170,13 +179,15 @@ def machine() -> str:
             f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
-def report(options: dict[str, dict], levels: dict[int, dict], load: dict, overload: dict, cfg: Config,
-           args: argparse.Namespace) -> str:
+def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int, dict], load: dict,
+           overload: dict, cfg: Config, args: argparse.Namespace) -> str:
     option_rows = [[name, f"{row['inprocess_p50_ms']:.1f}", f"{row['http_p50_ms']:.1f}", f"{row['overhead_ms']:.1f}",
                     *(f"{row['stages_p50_ms'][key]:.1f}" for key in (*STAGE_COLUMNS, "proxy + HTTP"))]
                    for name, row in options.items()]
     level_rows = [[str(c), str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
                    f"{row['req_per_s']:.1f}", str(row["errors"])] for c, row in levels.items()]
+    batching_rows = [[name, str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
+                      f"{row['req_per_s']:.1f}", str(row["errors"])] for name, row in batching.items()]
     capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
     serving = cfg.serving
     return "\n".join([
@@ -187,6 +198,9 @@ def report(options: dict[str, dict], levels: dict[int, dict], load: dict, overlo
         "deployment calls beyond the stages' work):", "",
         markdown_table(["option", "in-process p50", "HTTP p50", "overhead", *STAGE_COLUMNS, "proxy + HTTP"],
                        option_rows), "",
+        f"Batching settings (as configured otherwise), closed loop at concurrency {BATCHING_CONCURRENCY}:", "",
+        markdown_table(["max_batch_size, batch wait", "requests", "p50 ms", "p95 ms", "req/s", "errors"],
+                       batching_rows), "",
         f"As configured (stage_groups {serving.stage_groups}, max_batch_size {serving.max_batch_size}, "
         f"batch wait {serving.batch_wait_timeout_s * 1000:g} ms, max_ongoing_requests {serving.max_ongoing_requests}), "
         "closed loop at each concurrency:", "",
@@ -196,7 +210,8 @@ def report(options: dict[str, dict], levels: dict[int, dict], load: dict, overlo
         f"{load['status_5xx']} 5xx, {load['timeouts']} past the client timeout ({load['timeout_s']:g} s), "
         f"{load['errors']} not 200.", "",
         f"Overload: concurrency {overload['concurrency']} (twice the {capacity} requests admitted: ingress replicas x "
-        f"max_ongoing_requests + max_queued_requests) for {overload['seconds']:.0f} s: {overload['answered']} answered "
+        f"max_ongoing_requests + max_queued_requests) for {overload['seconds']:.0f} s, clients waiting Retry-After "
+        f"after a 503: {overload['answered']} answered "
         f"(p95 {overload['p95_ms']:.0f} ms over all), {overload['refused_503']} refused with 503 "
         f"({overload['refused_with_retry_after']} with Retry-After, p95 {overload['refused_p95_ms'] or 0:.0f} ms), "
         f"other statuses {overload['other_statuses'] or 'none'}, {overload['timeouts']} timeouts.",
@@ -208,7 +223,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser)
     parser.add_argument("--checkpoint", required=True, help="exported checkpoint to serve (RUN_DIR/export)")
-    parser.add_argument("--questions", type=int, default=30, help="test questions sent one at a time (default 30)")
+    parser.add_argument("--questions", type=int, default=60, help="test questions sent one at a time (default 60)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64],
                         help="concurrency levels (default 1 4 16 64)")
     parser.add_argument("--load-seconds", type=float, default=60.0, help="load test length at concurrency 64 "
@@ -237,6 +252,16 @@ def main() -> None:
             deploy(load_config(args.config, [*args.overrides, *overrides]), args.checkpoint)
             options[name] = sequential(pipeline, questions, bodies, url)
             print(name, {k: round(v, 1) for k, v in options[name].items() if k != "stages_p50_ms"}, flush=True)
+        batching = {}
+        for max_batch_size, wait_s in BATCHING:
+            deploy(load_config(args.config, [*args.overrides, f"serving.max_batch_size={max_batch_size}",
+                                             f"serving.batch_wait_timeout_s={wait_s}"]), args.checkpoint)
+            name = f"{max_batch_size}, {wait_s * 1000:g} ms"
+            asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s, count=BATCHING_CONCURRENCY))
+            batching[name] = summary(*asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s,
+                                                              count=6 * BATCHING_CONCURRENCY)))
+            print("batching", name, batching[name], flush=True)
+        deploy(cfg, args.checkpoint)
         levels = {}
         for concurrency in args.levels:
             asyncio.run(closed_loop(url, bodies, concurrency, timeout_s, count=concurrency))  # warm-up
@@ -248,14 +273,14 @@ def main() -> None:
         print("load", load, flush=True)
         capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
         overload = overload_summary(*asyncio.run(closed_loop(url, bodies, 2 * capacity, timeout_s,
-                                                             seconds=args.overload_seconds)))
+                                                             seconds=args.overload_seconds, honour_retry_after=True)))
         overload.update({"concurrency": 2 * capacity, "seconds": args.overload_seconds})
         print("overload", overload, flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()
     configured = options["as configured"]
-    publish(report(options, levels, load, overload, cfg, args), append=not args.no_append)
+    publish(report(options, batching, levels, load, overload, cfg, args), append=not args.no_append)
     if not args.no_append:
         RESULTS_JSON.parent.mkdir(exist_ok=True)
         RESULTS_JSON.write_text(json.dumps({
@@ -263,7 +288,7 @@ def main() -> None:
             "overhead_ms": configured["overhead_ms"],
             "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
                             for c, row in levels.items()},
-            "options": options, "load": load, "overload": overload, "machine": machine(),
+            "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(),
             "date": datetime.date.today().isoformat()}, indent=2) + "\n")
 
 

@@ -410,6 +410,11 @@ def test_builder_names_bad_args():
         build_app({"checkpoint": "x", "replicas": 2})
     with pytest.raises(FileNotFoundError, match="no index manifest"):
         build_app({"checkpoint": "/nonexistent/export", "set": [f"index.dir={ROOT / 'nope'}"]})
+    with pytest.raises(ValueError, match="serving.stage_groups: expected non-empty groups"):
+        build_app({"checkpoint": "x", "set": ["serving.stage_groups=[[translate], [generate]]"]})
+    with pytest.raises(ValueError, match=r"group \['rerank', 'generate'\] needs 1.5 GPUs"):
+        build_app({"checkpoint": "x", "set": ["serving.stage_groups=[[translate, encode, retrieve], [rerank, generate]]",
+                                              "reranker.num_gpus=0.5", "generator.num_gpus=1"]})
 
 
 def start_serve(config_path: Path, checkpoint: str, logs: Path, *options: str) -> subprocess.Popen:

@@ -49,7 +49,6 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
     """Bind one deployment per stage group (per shard for a lone `retrieve`) to the ingress."""
     cfg = _with_absolute_paths(cfg)
     checkpoint = str(Path(checkpoint).expanduser().resolve())
-    manifest = Manifest.read(cfg.index.dir)
     serving = cfg.serving
     check_stage_groups(serving.stage_groups)
     replicas = {"translate": serving.translator_replicas, "encode": serving.encoder_replicas,
@@ -67,6 +66,12 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
             ray_actor_options={"num_cpus": serving.replica_num_cpus, "num_gpus": sum(gpus[s] for s in stages)},
             **options)
 
+    for stages in serving.stage_groups:
+        group_gpus = sum(gpus[stage] for stage in stages)
+        if group_gpus > 1 and not float(group_gpus).is_integer():
+            raise ValueError(f"serving.stage_groups: group {stages} needs {group_gpus:g} GPUs (the sum of its stages' "
+                             "num_gpus); a replica takes a fraction of one GPU or whole GPUs: regroup the stages")
+    manifest = Manifest.read(cfg.index.dir)
     handles = []
     for stages in serving.stage_groups:
         if stages == ["retrieve"]:
