@@ -53,14 +53,14 @@ STAGE_COLUMNS = ("parse", "translate", "encode", "retrieve", "rerank", "generate
 FIVE = "[[translate],[encode],[retrieve],[rerank],[generate]]"
 OPTIONS = [
     ("5 deployments, batch wait 5 ms, image by value (before)",
-     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0.005", "serving.image_by_reference=false"]),
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0.005", "serving.image_reference_min_bytes=1000000000"]),
     ("5 deployments, batch wait 0, image by value",
-     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_by_reference=false"]),
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_reference_min_bytes=1000000000"]),
     ("5 deployments, batch wait 0, image by reference",
-     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_by_reference=true"]),
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_reference_min_bytes=0"]),
     ("3 deployments (translate, encode+retrieve+rerank, generate), batch wait 0, image by reference",
      ["serving.stage_groups=[[translate],[encode,retrieve,rerank],[generate]]", "serving.batch_wait_timeout_s=0",
-      "serving.image_by_reference=true"]),
+      "serving.image_reference_min_bytes=0"]),
     ("as configured", []),
 ]
 BATCHING = [(1, 0.0), (8, 0.0), (8, 0.005), (32, 0.0)]

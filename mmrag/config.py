@@ -275,17 +275,17 @@ class ServingConfig:
     snippet_chars: int = 240
     """Evidence snippets are the document text cut to this many characters."""
     translator_replicas: int = 1
-    """Replicas of the translator deployment (GPUs each: `translator.num_gpus`)."""
+    """Replicas of the deployment running `translate` (a stage group takes the largest of its stages')."""
     encoder_replicas: int = 1
-    """Replicas of the query encoder deployment (GPUs each: `encoder.num_gpus`)."""
+    """Replicas of the deployment running `encode` (a stage group takes the largest of its stages')."""
     shard_replicas: int = 1
-    """Replicas of each retrieval shard deployment (GPUs each: `index.shard_num_gpus`)."""
+    """Replicas of the deployment running `retrieve` (of each shard's, when `retrieve` is a group alone)."""
     reranker_replicas: int = 1
-    """Replicas of the reranker deployment (GPUs each: `reranker.num_gpus`)."""
+    """Replicas of the deployment running `rerank` (a stage group takes the largest of its stages')."""
     generator_replicas: int = 1
-    """Replicas of the generator deployment (GPUs each: `generator.num_gpus`)."""
+    """Replicas of the deployment running `generate` (a stage group takes the largest of its stages')."""
     ingress_replicas: int = 1
-    """Replicas of the HTTP ingress deployment (validation and stage orchestration, no model)."""
+    """Replicas of the HTTP ingress deployment (validation and calls to the stage groups, no model)."""
     replica_num_cpus: float = 0.5
     """CPUs reserved by each replica of every deployment."""
     max_ongoing_requests: int = 32
@@ -297,8 +297,8 @@ class ServingConfig:
     stage_groups: list[list[Literal["translate", "encode", "retrieve", "rerank", "generate"]]] = field(
         default_factory=lambda: [["translate", "encode", "retrieve", "rerank", "generate"]])
     """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
-    image_by_reference: bool = True
-    """When several deployments read a request's image, put it in the object store once and pass them its reference."""
+    image_reference_min_bytes: int = 102400
+    """Pixel bytes from which an image that several deployments read is put in the object store once (smaller: sent with each call)."""
     max_queued_requests: int = 64
     """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
     retry_after_s: int = 1

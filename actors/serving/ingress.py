@@ -60,7 +60,7 @@ class AnswerIngress:
                  versions: dict[str, Any]):
         serving = cfg.serving
         self.path = StagePath([StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)],
-                              serving.image_by_reference, serving.request_timeout_s)
+                              serving.image_reference_min_bytes, serving.request_timeout_s)
         self.limits = RequestLimits.from_config(cfg)
         self.body_timeout_s, self.retry_after_s = serving.body_timeout_s, serving.retry_after_s
         self.snippet_chars = serving.snippet_chars

@@ -3,8 +3,8 @@
 Between validation and the reply: the ingress hands each request's `StageState` to
 `StagePath.run`, which calls the deployment of every `serving.stage_groups` entry in turn
 (a lone `retrieve` group: every shard deployment at once, merged with `merge_topk`). When
-several deployments read the image, it goes into the object store once and they receive its
-reference. A call that fails because its replica died or was unavailable is sent again
+several deployments read a large image (`serving.image_reference_min_bytes`), it goes into
+the object store once and they receive its reference. A call that fails because its replica died or was unavailable is sent again
 (Serve routes it to a live or restarted replica) until the request's deadline
 (`serving.request_timeout_s`); a request still unanswered then raises `ServiceUnavailable`,
 which the ingress sends as a 503 with Retry-After. Errors in the stages' own code propagate.
@@ -52,15 +52,17 @@ class StageCall:
 
 
 class StagePath:
-    def __init__(self, calls: list[StageCall], image_by_reference: bool, timeout_s: float):
+    def __init__(self, calls: list[StageCall], image_reference_min_bytes: int, timeout_s: float):
         self.calls = calls
         self.timeout_s = timeout_s
-        self.put_image = image_by_reference and sum(call.reads_image for call in calls) > 1
+        self.image_reference_min_bytes = image_reference_min_bytes
+        self.image_readers = sum(call.reads_image for call in calls)
 
     async def run(self, state: StageState) -> tuple[StageState, float]:
         """The finished state, and the milliseconds spent between deployments (calls minus their stages' work)."""
         deadline = time.monotonic() + self.timeout_s
-        if self.put_image:
+        width, height = state.image.size
+        if self.image_readers > 1 and width * height * len(state.image.getbands()) >= self.image_reference_min_bytes:
             state.image = ray.put(state.image)
         transfer_ms = 0.0
         for call in self.calls:
