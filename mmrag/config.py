@@ -288,9 +288,9 @@ class ServingConfig:
     """Replicas of the HTTP ingress deployment (validation and calls to the stage groups, no model)."""
     replica_num_cpus: float = 0.5
     """CPUs reserved by each replica of every deployment."""
-    max_ongoing_requests: int = 32
-    """Requests one replica works on at once (at least `max_batch_size`, so batches can fill)."""
-    max_batch_size: int = 8
+    max_ongoing_requests: int = 96
+    """Requests one replica holds at once (at least `max_batch_size`); beyond, callers queue (measured: costly)."""
+    max_batch_size: int = 32
     """Most requests one `@serve.batch` call of a model deployment groups together."""
     batch_wait_timeout_s: float = 0.0
     """How long a model deployment waits to fill a batch before running a partial one (0: run what is queued)."""
@@ -299,7 +299,7 @@ class ServingConfig:
     """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
     image_reference_min_bytes: int = 102400
     """Pixel bytes from which an image that several deployments read is put in the object store once (smaller: sent with each call)."""
-    max_queued_requests: int = 64
+    max_queued_requests: int = 32
     """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
     retry_after_s: int = 1
     """`Retry-After` seconds sent with every 503 (queue full, or the pipeline unavailable)."""
