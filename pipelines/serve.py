@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         serve.start(http_options=http_options(cfg))
         serve.run(app, name=args.name, route_prefix=args.route_prefix)
-        print(f"serving {args.checkpoint} on http://{cfg.serving.host}:{cfg.serving.port}"
-              f"{args.route_prefix.rstrip('/')}/v1/answer (OpenAPI: /docs); Ctrl-C or SIGTERM stops", flush=True)
+        root = f"http://{cfg.serving.host}:{cfg.serving.port}{args.route_prefix.rstrip('/')}"
+        print(f"serving {args.checkpoint} on {root}/v1/answer (OpenAPI: {root}/docs); Ctrl-C or SIGTERM stops",
+              flush=True)
         while True:
             signal.pause()
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 from starlette.exceptions import HTTPException
 
@@ -92,4 +92,6 @@ class AnswerIngress:
             return error_response(RequestError(None, str(exc), 503), self.retry_after_s)
         timings = {"parse": parse_ms, **state.stage_ms, "transfer": transfer_ms,
                    "total": (time.perf_counter() - begin) * 1000}
-        return answer_reply(state, req.return_evidence, timings, self.snippet_chars, self.versions)
+        # Built from validated parts already: sent as is, not validated again against `response_model`.
+        reply = answer_reply(state, req.return_evidence, timings, self.snippet_chars, self.versions)
+        return Response(reply.model_dump_json(), media_type="application/json")
