@@ -61,6 +61,7 @@ OPTIONS = [
     ("3 deployments (translate, encode+retrieve+rerank, generate), batch wait 0, image by reference",
      ["serving.stage_groups=[[translate],[encode,retrieve,rerank],[generate]]", "serving.batch_wait_timeout_s=0",
       "serving.image_reference_min_bytes=0"]),
+    ("all stages in the ingress (no hop)", ["serving.first_group_in_ingress=true"]),
     ("as configured", []),
 ]
 BATCHING = [(1, 0.0), (8, 0.0), (8, 0.005), (32, 0.0)]

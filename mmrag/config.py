@@ -297,8 +297,10 @@ class ServingConfig:
     stage_groups: list[list[Literal["translate", "encode", "retrieve", "rerank", "generate"]]] = field(
         default_factory=lambda: [["translate", "encode", "retrieve", "rerank", "generate"]])
     """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
+    first_group_in_ingress: bool = False
+    """Run the first stage group in the ingress replicas: one hop less, but its crash fails requests with a 500."""
     image_reference_min_bytes: int = 102400
-    """Pixel bytes from which an image that several deployments read is put in the object store once (smaller: sent with each call)."""
+    """Pixel bytes from which an image several deployments read goes to the object store once (else, with each call)."""
     max_queued_requests: int = 32
     """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
     retry_after_s: int = 1

@@ -401,15 +401,17 @@ def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refu
     assert [ask(endpoint, question).json()["answer"] for question in test_questions] == before
 
 
-def test_stages_split_across_deployments_and_shards_answer_as_one_deployment(endpoint, trained_run, test_questions):
-    """Three hops, the retrieval shards in deployments of their own, the image by reference to two readers."""
+def test_stages_split_across_the_ingress_deployments_and_shards_answer_as_one_deployment(endpoint, trained_run,
+                                                                                          test_questions):
+    """The first group in the ingress, the retrieval shards in deployments of their own, then one more group;
+    the image by reference to its two readers."""
     from ray import serve
 
     from actors.serving.app import pipeline_app
 
     cfg, checkpoint, config_path = trained_run
     split = load_config(config_path, ["serving.stage_groups=[[translate, encode], [retrieve], [rerank, generate]]",
-                                      "serving.image_reference_min_bytes=0"])
+                                      "serving.first_group_in_ingress=true", "serving.image_reference_min_bytes=0"])
     serve.run(pipeline_app(split, checkpoint), name="split", route_prefix="/split")
     try:
         for question in test_questions:

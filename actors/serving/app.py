@@ -3,7 +3,8 @@
 `pipeline_app(cfg, checkpoint)` is what `mmrag serve` runs; `build_app(args)` is the
 application builder that configs/serve/local.yaml names for `serve run` / `serve deploy`.
 One deployment per entry of `serving.stage_groups` (a group of only `retrieve`: one per
-index shard), each replica running its stages in process. A group's replicas are the
+index shard), each replica running its stages in process; with `serving.first_group_in_ingress`
+the ingress replicas run the first group themselves. A group's replicas are the
 largest `serving.*_replicas` of its stages and its GPUs the sum of its stages' `num_gpus`.
 The ingress queues at most `serving.max_queued_requests` beyond what its replicas work on;
 Serve refuses the rest with 503 and Retry-After.
@@ -57,9 +58,9 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
     gpus = {"translate": cfg.translator.num_gpus, "encode": cfg.encoder.num_gpus, "retrieve": cfg.index.shard_num_gpus,
             "rerank": cfg.reranker.num_gpus, "generate": cfg.generator.num_gpus}
 
-    def placed(deployment: Deployment, name: str, stages: list[str], **options) -> Deployment:
+    def placed(deployment: Deployment, name: str, stages: list[str], least_replicas: int = 1, **options) -> Deployment:
         return deployment.options(
-            name=name, num_replicas=max(replicas[stage] for stage in stages) if stages else serving.ingress_replicas,
+            name=name, num_replicas=max([least_replicas, *(replicas[stage] for stage in stages)]),
             max_ongoing_requests=serving.max_ongoing_requests, health_check_period_s=serving.health_check_period_s,
             graceful_shutdown_timeout_s=serving.graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=min(SHUTDOWN_POLL_S, serving.graceful_shutdown_timeout_s),
@@ -73,15 +74,18 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
                              "num_gpus); a replica takes a fraction of one GPU or whole GPUs: regroup the stages")
     manifest = Manifest.read(cfg.index.dir)
     handles = []
-    for stages in serving.stage_groups:
-        if stages == ["retrieve"]:
-            handles.append([placed(RetrievalShardDeployment, f"RetrievalShard{number}", stages).bind(cfg, entry)
-                            for number, entry in enumerate(manifest.shards)])
+    for number, stages in enumerate(serving.stage_groups):
+        if number == 0 and serving.first_group_in_ingress:
+            handles.append([])
+        elif stages == ["retrieve"]:
+            handles.append([placed(RetrievalShardDeployment, f"RetrievalShard{shard}", stages).bind(cfg, entry)
+                            for shard, entry in enumerate(manifest.shards)])
         else:
             handles.append([placed(StageGroupDeployment, "+".join(stages), stages).bind(cfg, checkpoint, stages)])
-    ingress = placed(AnswerIngress, "AnswerIngress", [], max_queued_requests=serving.max_queued_requests,
+    ingress = placed(AnswerIngress, "AnswerIngress", serving.stage_groups[0] if serving.first_group_in_ingress else [],
+                     least_replicas=serving.ingress_replicas, max_queued_requests=serving.max_queued_requests,
                      backpressure_config=BackpressureConfig(retry_after_s=serving.retry_after_s))
-    return ingress.bind(serving.stage_groups, handles, cfg, service_info(cfg, manifest, checkpoint),
+    return ingress.bind(serving.stage_groups, handles, cfg, checkpoint, service_info(cfg, manifest, checkpoint),
                         answer_versions(manifest, checkpoint))
 
 

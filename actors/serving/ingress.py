@@ -2,11 +2,12 @@
 
 `POST /v1/answer` reads and validates the request (`mmrag.serving.body`: a 4xx JSON error
 naming the field on bad input, bounded in size and arrival time), then sends it through the
-stage-group deployments in the greedy inference order (`StagePath`: translate -> encode ->
-retrieve -> rerank -> generate) and replies with the answer, the evidence and the time each
-step took. A request the pipeline cannot answer within `serving.request_timeout_s` (replicas
-down or restarting) gets a 503 with Retry-After. `GET /healthz` and `GET /v1/info` report
-liveness and what is being served. Request and reply bodies are the pydantic models of
+stage groups in the greedy inference order (`StagePath`: translate -> encode -> retrieve ->
+rerank -> generate; their deployments, and with `serving.first_group_in_ingress` the first
+group right here) and replies with the answer, the evidence and the time each step took. A
+request the pipeline cannot answer within `serving.request_timeout_s` (replicas down or
+restarting) gets a 503 with Retry-After. `GET /healthz` and `GET /v1/info` report liveness
+and what is being served. Request and reply bodies are the pydantic models of
 `mmrag.serving.schema`; unknown paths and methods get the same error body as bad input.
 
 No `from __future__ import annotations` here: FastAPI must see the real `Request` class
@@ -21,7 +22,9 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 from starlette.exceptions import HTTPException
 
+from actors.serving import configure_batching, prepare_replica
 from actors.serving.stage_path import ServiceUnavailable, StageCall, StagePath
+from actors.serving.stages import run_group
 from mmrag.config import Config
 from mmrag.serving.body import read_answer_request
 from mmrag.serving.openapi import openapi_with_request_models, request_body_openapi
@@ -56,15 +59,27 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
 @serve.deployment
 @serve.ingress(api)
 class AnswerIngress:
-    def __init__(self, groups: list[list[str]], handles: list[list], cfg: Config, info: dict[str, Any],
-                 versions: dict[str, Any]):
+    def __init__(self, groups: list[list[str]], handles: list[list], cfg: Config, checkpoint: str,
+                 info: dict[str, Any], versions: dict[str, Any]):
         serving = cfg.serving
-        self.path = StagePath([StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)],
-                              serving.image_reference_min_bytes, serving.request_timeout_s)
+        calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
+        if serving.first_group_in_ingress:
+            # torch and the group's models load in this replica only with this option.
+            from mmrag.serving.stages import GreedyStages
+
+            self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], prepare_replica(cfg))
+            configure_batching(self.run_first_group, serving)
+            calls[0] = StageCall(groups[0], local=self.run_first_group)
+        self.path = StagePath(calls, serving.image_reference_min_bytes, serving.request_timeout_s)
         self.limits = RequestLimits.from_config(cfg)
         self.body_timeout_s, self.retry_after_s = serving.body_timeout_s, serving.retry_after_s
         self.snippet_chars = serving.snippet_chars
         self.info_body, self.versions = info, versions
+
+    @serve.batch
+    async def run_first_group(self, states: list[StageState]) -> list[StageState]:
+        """The first stage group, run here (`serving.first_group_in_ingress`), batched like a group deployment's."""
+        return await run_group(self.first_group, states)
 
     @api.get("/healthz", response_model=Health)
     async def healthz(self) -> Health:

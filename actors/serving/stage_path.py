@@ -4,19 +4,23 @@ Between validation and the reply: the ingress hands each request's `StageState` 
 `StagePath.run`, which calls the deployment of every `serving.stage_groups` entry in turn
 (a lone `retrieve` group: every shard deployment at once, merged with `merge_topk`). When
 several deployments read a large image (`serving.image_reference_min_bytes`), it goes into
-the object store once and they receive its reference. A call that fails because its replica died or was unavailable is sent again
-(Serve routes it to a live or restarted replica) until the request's deadline
-(`serving.request_timeout_s`); a request still unanswered then raises `ServiceUnavailable`,
-which the ingress sends as a 503 with Retry-After. Errors in the stages' own code propagate.
+the object store once and they receive its reference. A call that fails because its replica
+died or was unavailable is sent again (Serve routes it to a live or restarted replica) until
+the request's deadline (`serving.request_timeout_s`); a request still unanswered then raises
+`ServiceUnavailable`, which the ingress sends as a 503 with Retry-After. Errors in the
+stages' own code propagate. With `serving.first_group_in_ingress` the first group is a local
+call in the ingress.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import ray
+from ray import ObjectRef
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from ray.serve.handle import DeploymentHandle
@@ -37,10 +41,12 @@ class ServiceUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class StageCall:
-    """One stage group and the deployment handles that run it (one per index shard for a lone `retrieve`)."""
+    """One stage group and what runs it: the deployment handles (one per index shard for a lone `retrieve`),
+    or, for a group in the ingress itself (`serving.first_group_in_ingress`), a local coroutine."""
 
     stages: list[str]
-    handles: list[DeploymentHandle]
+    handles: list[DeploymentHandle] = field(default_factory=list)
+    local: Callable[[StageState], Awaitable[StageState]] | None = None
 
     @property
     def is_shard_search(self) -> bool:
@@ -76,6 +82,8 @@ class StagePath:
         return state, transfer_ms
 
     async def _until_answered(self, call: StageCall, state: StageState, deadline: float) -> StageState:
+        if call.local is not None:
+            return await call.local(state)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -97,3 +105,8 @@ class StagePath:
                 return results[0]
             state.hits = merge_topk([[hits] for hits in results], state.top_k)[0]
             return without_spent_inputs(state, "retrieve")
+
+
+async def resolved_image(image):
+    """The image itself, fetched when it travels as an object-store reference."""
+    return await image if isinstance(image, ObjectRef) else image
