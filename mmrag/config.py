@@ -311,8 +311,8 @@ class ServingConfig:
     """Longest the ingress waits for a request body to arrive in full; slower is a 408."""
     health_check_period_s: float = 2.0
     """Seconds between Serve's health checks of each replica (how soon a dead replica is replaced)."""
-    graceful_shutdown_timeout_s: float = 5.0
-    """Longest a stopping replica waits for its requests in flight (Ctrl-C or SIGTERM stops `mmrag serve` in 10 s)."""
+    graceful_shutdown_timeout_s: float = 2.0
+    """Longest a stopping replica waits for its requests in flight (Serve takes it all from a model replica)."""
 
 
 @dataclass
