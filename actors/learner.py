@@ -1,289 +1,240 @@
-"""The learner group: a Ray Train TorchTrainer whose W workers each run DeepSpeed engines for translator and reranker.
+"""The learner group: one Ray actor per rank, each owning its DeepSpeed engines, driven by method calls.
 
-Fed by the distributed driver through one ray.util.queue.Queue per worker (the same
-message to every rank); rank 0 answers on a shared reply queue. Messages:
-  train      a scored experience batch (object ref to rollout trees): each rank takes its
-             slice `roots[rank::W]`, computes the reference trainer's local losses
-             (`mmrag.training.updates`) weighted by its share of the examples, DeepSpeed
-             reduces gradients and steps (so W ranks take the reference trainer's step on the
-             whole batch); rank 0 publishes the new trainable weights to the object store.
-  checkpoint DeepSpeed engine + optimiser states of both components into a directory.
-  export     `save_export` of the trained components (rank 0).
-  stop       leave the loop; the trainer's `fit` returns.
-On start (or resume from a checkpoint) rank 0 publishes the weights it starts from.
+`LearnerGroup` is the `mmrag.training.learner.Learner` of the distributed mode. It starts
+`learner.num_workers` `LearnerRank` actors and hands every rank rank 0's node address and
+a free port there, so the ranks join one torch process group themselves. Then each call
+is the same method on every rank, awaited together: `update` (one optimiser step on
+`roots[rank::W]`; rank 0's call also returns the new trainable weights as extra return
+values, so they enter the object store once per version), `save`, `load`, `export`. A
+failing rank fails the call at once, naming the rank; a process group cannot take a rank
+back, so `restart` replaces the whole group and restores a checkpoint. What a rank does is
+`mmrag.training.deepspeed_rank.DeepSpeedRank`; `LearnerRank` only hosts it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue as std_queue
-import threading
+import os
+import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import ray
-import torch
-from ray.util.queue import Queue
+from ray.exceptions import RayActorError, RayError
 
+from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
-from mmrag.training.updates import LocalLoss
+from mmrag.rl.rollout import Node
+from mmrag.training.learner import LearnerUpdate, Weights
+
+DEAD_PEER_GRACE_S = 10.0
+"""After a rank fails, how long to wait for the others: a collective broken by a dead peer fails on the
+survivors too, and the dead rank is the one to name."""
+
+
+class LearnerRankError(RuntimeError):
+    """A learner rank died, failed or did not start; the group must be restarted (`LearnerGroup.restart`)."""
+
+    def __init__(self, rank: int, message: str):
+        super().__init__(message)
+        self.rank = rank
+
+
+@ray.remote
+class LearnerRank:
+    """The process of one rank: hosts a `DeepSpeedRank` once `start` has built it."""
+
+    def __init__(self):
+        self.worker = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This node's address and a port free on it: where rank 0 serves the process group's store."""
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            return ray.util.get_node_ip_address(), probe.getsockname()[1]
+
+    def start(self, cfg: Config, rank: int, world: int, address: str, port: int, checkpoint: str | None) -> int:
+        """Join the process group, load the components, build the engines (restore `checkpoint`); the version."""
+        # deepspeed is heavy: only rank processes import it, never the driver that imports this module.
+        from mmrag.training.deepspeed_rank import DeepSpeedRank
+
+        self.worker = DeepSpeedRank(cfg, rank, world, address, port)
+        if checkpoint is not None:
+            self.worker.load(checkpoint)
+        return self.worker.version
+
+    @ray.method(num_returns=2)
+    def publish(self) -> tuple:
+        """(translator, reranker) trainable weights on rank 0, (None, None) on the others."""
+        return self.worker.publish() or (None, None)
+
+    @ray.method(num_returns=3)
+    def update(self, roots: list[Node]) -> tuple:
+        """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
+        record, weights = self.worker.update(roots)
+        return record, *(weights or (None, None))
+
+    def save(self, directory: str) -> None:
+        self.worker.save(directory)
+
+    def load(self, directory: str) -> int:
+        self.worker.load(directory)
+        return self.worker.version
+
+    def export(self, directory: str) -> None:
+        self.worker.export(directory)
+
+
+def check_placeable(cfg: Config) -> None:
+    """Fail fast, naming what is missing, when the cluster can never hold the ranks (Ray would wait forever)."""
+    group = next(g for g in resource_plan(cfg) if g.name == "learner_workers")
+    check_fits([group], ray.cluster_resources())
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if not any(n.get("CPU", 0) >= group.num_cpus and n.get("GPU", 0) >= group.num_gpus for n in nodes):
+        raise PlanDoesNotFit(f"learner_workers: each rank needs {group.num_cpus:g} CPU and {group.num_gpus:g} GPU on "
+                             f"one node, but no node has that much; lower learner.num_cpus_per_worker or add nodes")
+
+
+def _error_of(ref: ray.ObjectRef) -> RayError | None:
+    try:
+        ray.get(ref)
+    except RayError as exc:
+        return exc
+    return None
+
+
+def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: list, what: str) -> LearnerRankError:
+    """The error to raise for a failed rank call: a dead rank is named before a survivor it broke."""
+    if not isinstance(error, RayActorError) and others:
+        finished, _ = ray.wait(others, num_returns=len(others), timeout=DEAD_PEER_GRACE_S)
+        dead = [(other, exc) for other in finished if isinstance(exc := _error_of(other), RayActorError)]
+        if dead:
+            ref, error = dead[0]
+    rank = rank_of[ref]
+    if isinstance(error, RayActorError):
+        return LearnerRankError(rank, f"learner rank {rank} died during {what} (its process exited or became "
+                                      f"unreachable); restart the group from a checkpoint: LearnerGroup.restart")
+    cause = getattr(error, "cause", None) or error  # a task error carries the rank's own exception
+    return LearnerRankError(rank, f"learner rank {rank} failed during {what}: {type(cause).__name__}: {cause}")
+
+
+def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float | None = None, waiting_for: str = "") -> list:
+    """Each rank's result of one call (refs in rank order), raising `LearnerRankError` as soon as one rank fails,
+    or when `timeout` passes (`waiting_for` says on what, in that error).
+
+    Waits on all ranks at once: the others may be blocked in a collective with the failed one.
+    """
+    rank_of = {ref: rank for rank, ref in enumerate(refs)}
+    results, pending = [None] * len(refs), list(refs)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pending:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not ready:
+            late = ", ".join(str(rank_of[ref]) for ref in pending)
+            raise LearnerRankError(rank_of[pending[0]], f"learner rank {late} did not finish {what} within "
+                                                        f"{timeout:g} s (learner.startup_timeout_s): {waiting_for}")
+        try:
+            results[rank_of[ready[0]]] = ray.get(ready[0])
+        except RayError as error:
+            raise _rank_failure(rank_of, ready[0], error, pending, what) from error
+    return results
 
 
 @dataclass
-class PublishedWeights:
-    """Trainable weights of both components as object refs, and the version they are."""
+class GroupUpdate:
+    """An update running on every rank (`PendingUpdate`); `result` makes it the group's current version."""
 
-    version: int
-    translator: ray.ObjectRef
-    reranker: ray.ObjectRef
+    group: LearnerGroup
+    futures: list
+    """Each rank's record of the update, in rank order."""
+    weight_refs: tuple
+    """Rank 0's (translator, reranker) weights of the new version."""
 
+    def done(self) -> bool:
+        return len(ray.wait(self.futures, num_returns=len(self.futures), timeout=0)[0]) == len(self.futures)
 
-def deepspeed_config(lr: float, world_size: int, zero_stage: int, dtype: str) -> dict:
-    """One micro-batch (a rank's slice of the experience) per worker per step; torch AdamW as the reference trainer."""
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"learner.zero_stage: expected 0, 1, 2 or 3, got {zero_stage}")
-    return {
-        "train_batch_size": world_size,
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "AdamW", "params": {"lr": lr, "torch_adam": True}},
-        "zero_optimization": {"stage": zero_stage},
-        "bf16": {"enabled": dtype == "bfloat16"},
-    }
-
-
-class LossModule(torch.nn.Module):
-    """What a DeepSpeed engine wraps: `owned` holds the trainable weights, `forward` is the local loss.
-
-    Calling the loss through the engine's forward lets ZeRO-3 gather partitioned weights
-    wherever they are read, including weights read outside their own submodule's forward.
-    """
-
-    def __init__(self, owned: torch.nn.Module, loss: Callable[[list], LocalLoss]):
-        super().__init__()
-        self.owned = owned
-        self.loss = loss
-
-    def forward(self, roots: list) -> LocalLoss:
-        return self.loss(roots)
-
-
-class _Worker:
-    """State of one learner worker: both components, their engines, and the weights version."""
-
-    def __init__(self, cfg: Config):
-        import deepspeed
-        import ray.train
-        import ray.train.torch
-
-        from mmrag.models.reranker import AdaptiveReranker
-        from mmrag.models.translator import QueryTranslator
-        from mmrag.training.updates import reranker_loss, translator_loss
-
-        context = ray.train.get_context()
-        self.cfg, self.rank, self.world = cfg, context.get_world_rank(), context.get_world_size()
-        self.version = 0
-        self.device = ray.train.torch.get_device()
-        torch.manual_seed(cfg.train.seed)
-        self.translator = QueryTranslator.from_config(cfg.translator, cfg.zoo.cache_dir, str(self.device))
-        self.reranker = AdaptiveReranker.from_config(cfg.reranker, cfg.zoo.cache_dir, str(self.device))
-        # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
-        # reference copy) stay plain replicated modules on every rank.
-        losses = {
-            "translator": LossModule(self.translator.model, partial(translator_loss, self.translator, cfg=cfg.train)),
-            "reranker": LossModule(self.reranker.trainable_modules(),
-                                   partial(reranker_loss, self.reranker, cfg=cfg.train,
-                                           temperature=cfg.reranker.temperature)),
-        }
-        dtypes = {"translator": cfg.translator.dtype, "reranker": "float32"}
-        lrs = {"translator": cfg.translator.lr, "reranker": cfg.reranker.lr}
-        self.trainable = {name: [p for p in module.parameters() if p.requires_grad] for name, module in losses.items()}
-        self.engines = {
-            name: deepspeed.initialize(
-                model=module, model_parameters=self.trainable[name],
-                config=deepspeed_config(lrs[name], self.world, cfg.learner.zero_stage, dtypes[name]))[0]
-            for name, module in losses.items()
-        }
-
-    def _gathered(self):
-        """ZeRO-3 partitions weights across ranks: gather them (a collective) before reading them whole."""
-        if self.cfg.learner.zero_stage != 3:
-            return contextlib.nullcontext()
-        import deepspeed
-
-        for engine in self.engines.values():
-            engine.empty_partition_cache()  # waits for weights still prefetching from the last step
-        return deepspeed.zero.GatheredParameters([p for params in self.trainable.values() for p in params])
-
-    def publish(self) -> PublishedWeights | None:
-        with self._gathered():
-            if self.rank != 0:
-                return None
-            return PublishedWeights(self.version, ray.put(self.translator.trainable_state_dict()),
-                                    ray.put(self.reranker.trainable_state_dict()))
-
-    def _step(self, name: str, roots: list) -> dict:
-        """Forward, backward and step on every rank, or on none when no rank has an example (as the reference skips).
-
-        Every rank runs exactly one forward: under ZeRO-3 a forward gathers weights with collectives.
-        """
-        from mmrag.training.updates import example_count
-
-        engine, mine = self.engines[name], roots[self.rank::self.world]
-        count = example_count(name, mine, self.cfg.train)
-        total_count = int(self._sum(count))
-        if not total_count:
-            return {"loss": 0.0, "examples": 0}
-        # DeepSpeed averages gradients over the ranks: weighting this rank's mean loss by its share of
-        # the examples makes the step the reference trainer's on the whole batch. A rank whose slice has
-        # no signal still joins the gradient reduction, with a zero-weighted loss over the whole batch.
-        local = engine(mine if count else roots)
-        engine.backward(local.loss * (self.world * count / total_count))
-        engine.step()
-        # Per-example means, combined over the ranks weighted by their examples.
-        means = {"loss": float(local.loss.detach()), **local.stats}
-        record = {key: self._sum(value * count) / total_count for key, value in sorted(means.items())}
-        return {**record, "examples": total_count}
-
-    def _sum(self, value: float) -> float:
-        """The sum of `value` over the ranks."""
-        total = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
-        torch.distributed.all_reduce(total)
-        return float(total)
-
-    def train(self, roots: list) -> dict:
-        record = {}
-        if self.cfg.train.train_translator:
-            record["translator"] = self._step("translator", roots)
-        if self.cfg.train.train_reranker:
-            record["reranker"] = self._step("reranker", roots)
-        self.version += 1
-        return record
-
-    def save(self, directory: str) -> None:
-        for name, engine in self.engines.items():
-            engine.save_checkpoint(str(Path(directory) / name), tag="engine", exclude_frozen_parameters=True,
-                                   client_state={"version": self.version, "torch_rng": torch.get_rng_state()})
-
-    def load(self, directory: str) -> None:
-        for name, engine in self.engines.items():
-            path = Path(directory) / name
-            loaded, client_state = engine.load_checkpoint(str(path), tag="engine", load_module_strict=False)
-            if loaded is None:
-                raise FileNotFoundError(f"{path}: no DeepSpeed checkpoint tagged 'engine' for the {name}")
-            self.version = client_state["version"]
-            torch.set_rng_state(client_state["torch_rng"])
-
-    def export(self, directory: str) -> None:
-        from mmrag.training.export import save_export
-
-        with self._gathered():
-            if self.rank == 0:
-                save_export(directory, self.translator, self.reranker, self.version, self.cfg)
-
-
-def learner_loop(config: dict) -> None:
-    """Ray Train worker body: serve the driver's messages until `stop`."""
-    worker = _Worker(config["cfg"])
-    if config["resume_from"]:
-        worker.load(config["resume_from"])
-    inbox, replies = config["inboxes"][worker.rank], config["replies"]
-    published = worker.publish()
-    if worker.rank == 0:
-        replies.put({"kind": "ready", "weights": published})
-    while True:
-        message = inbox.get()
-        kind = message["kind"]
-        if kind == "stop":
-            return
-        start = time.perf_counter()
-        reply = {"kind": kind}
-        if kind == "train":
-            reply["losses"] = worker.train(ray.get(message["roots"]))
-            reply["weights"] = worker.publish()
-        elif kind == "checkpoint":
-            worker.save(message["dir"])
-        elif kind == "export":
-            worker.export(message["dir"])
-        else:
-            raise ValueError(f"learner message kind {kind!r}: expected train, checkpoint, export or stop")
-        reply["seconds"] = time.perf_counter() - start
-        if worker.rank == 0:
-            replies.put(reply)
+    def result(self) -> LearnerUpdate:
+        record = wait_for_ranks(self.futures, "update")[0]
+        update = LearnerUpdate(record["version"], record["losses"], record["seconds"],
+                               Weights(record["version"], *self.weight_refs))
+        self.group.version, self.group.published = update.version, update.weights
+        return update
 
 
 class LearnerGroup:
-    """Driver-side handle: starts the TorchTrainer in a background thread and talks to it through queues."""
+    """`learner.num_workers` DeepSpeed ranks (`learner.zero_stage`), driven as one `Learner`."""
 
-    def __init__(self, cfg: Config, resume_from: str | None = None):
-        from ray.train import RunConfig, ScalingConfig
-        from ray.train.torch import TorchTrainer
+    def __init__(self, cfg: Config, resume_from: str | Path | None = None):
+        if cfg.learner.num_workers < 1:
+            raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
+        self.cfg = cfg
+        self.ranks: list = []
+        check_placeable(cfg)
+        self._start(resume_from)
 
-        workers = cfg.learner.num_workers
-        if workers < 1:
-            raise ValueError(f"learner.num_workers: expected at least 1, got {workers}")
-        self.inboxes = [Queue() for _ in range(workers)]
-        self.replies = Queue()
-        self.trainer = TorchTrainer(
-            learner_loop,
-            train_loop_config={"cfg": cfg, "resume_from": resume_from, "inboxes": self.inboxes,
-                               "replies": self.replies},
-            scaling_config=ScalingConfig(num_workers=workers, use_gpu=cfg.learner.use_gpu,
-                                         resources_per_worker={"CPU": cfg.learner.num_cpus_per_worker}),
-            run_config=RunConfig(name="learner", storage_path=str(Path(cfg.train.run_dir).resolve() / "ray_train")),
-        )
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._fit, name="learner-group", daemon=True)
-        self._thread.start()
-        self.weights: PublishedWeights = self._reply("ready")["weights"]
-
-    def _fit(self) -> None:
+    def _start(self, checkpoint: str | Path | None) -> None:
+        """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""
+        learner, world = self.cfg.learner, self.cfg.learner.num_workers
+        options = {"num_cpus": learner.num_cpus_per_worker, "num_gpus": 1 if learner.use_gpu else 0,
+                   # Named outright, DeepSpeed does not warn that it found no GPU on a CPU learner.
+                   "runtime_env": {"env_vars": {"DS_ACCELERATOR": "cuda" if learner.use_gpu else "cpu"}}}
+        self.ranks = [LearnerRank.options(**options).remote() for _ in range(world)]
         try:
-            self.trainer.fit()
-        except BaseException as exc:  # reported to the driver by the next `_reply`
-            self.error = exc
+            wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
+                           learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)")
+            address, port = ray.get(self.ranks[0].rendezvous_address.remote())
+            restore = None if checkpoint is None else str(checkpoint)
+            starts = [rank.start.remote(self.cfg, i, world, address, port, restore)
+                      for i, rank in enumerate(self.ranks)]
+            self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s,
+                                          "still joining the process group or loading its models")[0]
+            self.published = self._publish()
+        except BaseException:
+            self.shutdown()
+            raise
 
-    def _reply(self, kind: str) -> dict:
-        """Wait for rank 0's answer, failing fast (with the workers' error) if the group has stopped."""
-        while True:
-            try:
-                reply = self.replies.get(timeout=1.0)
-            except std_queue.Empty:
-                if not self._thread.is_alive():
-                    raise RuntimeError(f"learner group stopped while the driver waited for {kind!r}") from self.error
-                continue
-            if reply["kind"] != kind:
-                raise RuntimeError(f"learner group answered {reply['kind']!r} while the driver waited for {kind!r}")
-            return reply
+    def _publish(self) -> Weights:
+        calls = [rank.publish.remote() for rank in self.ranks]
+        wait_for_ranks([translator for translator, _ in calls], "publishing weights")
+        return Weights(self.version, *calls[0])
 
-    def _send(self, message: dict) -> None:
-        for inbox in self.inboxes:
-            inbox.put(message)
+    def weights(self) -> Weights:
+        """The current version's trainable weights, as object refs."""
+        return self.published
 
-    def submit(self, roots_ref: ray.ObjectRef) -> None:
-        """Start one update on a scored experience batch; returns at once (collect it with `collect`)."""
-        self._send({"kind": "train", "roots": roots_ref})
+    def start_update(self, roots: list[Node]) -> GroupUpdate:
+        """Start one optimiser step on every rank; returns at once."""
+        batch = ray.put(roots)
+        calls = [rank.update.remote(batch) for rank in self.ranks]
+        return GroupUpdate(self, [record for record, _, _ in calls], tuple(calls[0][1:]))
 
-    def collect(self) -> dict:
-        """The submitted update's losses and compute seconds; the new weights become `self.weights`."""
-        reply = self._reply("train")
-        self.weights = reply["weights"]
-        return reply
+    def _on_every_rank(self, method: str, *args) -> list:
+        return wait_for_ranks([getattr(rank, method).remote(*args) for rank in self.ranks], method)
 
     def save(self, directory: str | Path) -> None:
-        self._send({"kind": "checkpoint", "dir": str(directory)})
-        self._reply("checkpoint")
+        self._on_every_rank("save", str(directory))
+
+    def load(self, directory: str | Path) -> None:
+        self.version = self._on_every_rank("load", str(directory))[0]
+        self.published = self._publish()
 
     def export(self, directory: str | Path) -> None:
-        self._send({"kind": "export", "dir": str(directory)})
-        self._reply("export")
+        self._on_every_rank("export", str(directory))
 
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._send({"kind": "stop"})
-            self._thread.join(timeout=120)
-        for q in [*self.inboxes, self.replies]:
-            q.shutdown()
+    def restart(self, checkpoint_dir: str | Path | None = None) -> None:
+        """Replace every rank by a fresh one (a new process group) and restore `checkpoint_dir`, else start over."""
+        self.shutdown()
+        self._start(checkpoint_dir)
+
+    def pids(self) -> list[int]:
+        """Each rank's process id (to watch or, in tests, kill a rank)."""
+        return self._on_every_rank("pid")
+
+    def shutdown(self) -> None:
+        for rank in self.ranks:
+            ray.kill(rank)
+        self.ranks = []

@@ -8,6 +8,7 @@ must be paths every node can read (shared storage), not files inside the working
 
 from __future__ import annotations
 
+from cluster.resources import plan_totals, resource_plan
 from mmrag.config import Config
 
 UPLOAD_EXCLUDES = [
@@ -26,11 +27,15 @@ UPLOAD_EXCLUDES = [
 
 
 def job_env_vars(cfg: Config) -> dict[str, str]:
-    """Environment of every job and actor process for `cfg`."""
+    """Environment of every job and actor process for `cfg` (and of the command that runs it)."""
     env = {"TOKENIZERS_PARALLELISM": "false"}
     if cfg.offline:
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
+    if plan_totals(resource_plan(cfg))["GPU"] == 0:
+        # Name the accelerator of a CPU-only run: left to detect one, DeepSpeed (imported
+        # by transformers whenever a model is saved) warns that it fell back to CPU.
+        env["DS_ACCELERATOR"] = "cpu"
     return env
 
 

@@ -1,25 +1,26 @@
 """Typed configuration: one dataclass per pipeline stage, loaded strictly from YAML.
 
-Every entry point reads a `Config` with `load_config(path, overrides)`. Unknown keys,
-wrong types and values outside a field's allowed set are rejected with the full key
-path (`train.dpo_beta: expected float, got 'abc'`), so a typo never silently falls
-back to a default. `--set a.b=value` overrides are parsed as YAML scalars.
+Every entry point reads a `Config` with `load_config(path, overrides)`. The defaults
+written here are the local scenario (configs/local.yaml adds only its paths). Pydantic
+validates the plain dataclasses: unknown keys, wrong types and values outside a field's
+allowed set are rejected with the full key path (`train.dpo_beta: expected float, got
+'abc'`), so a typo never silently falls back to a default. `--set a.b=value` overrides
+are parsed as YAML scalars; "3e-4" is a float, as in YAML 1.2.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
-import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import yaml
-
-
-_SCIENTIFIC = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 class ConfigError(ValueError):
@@ -82,7 +83,7 @@ class IndexConfig:
     """KB rows read and embedded per batch."""
     use_gpu: bool = True
     """Move shards to GPU FAISS when faiss sees a GPU (ignored on CPU-only faiss)."""
-    top_k: int = 10
+    top_k: int = 20
     """Candidates returned by the router for each query."""
     shard_num_cpus: float = 0.5
     """CPUs reserved by each RetrievalShard actor."""
@@ -118,7 +119,7 @@ class TranslatorConfig:
     """Sampling temperature during training."""
     max_new_tokens: int = 16
     """Longest query, in tokens."""
-    lr: float = 1e-4
+    lr: float = 3e-4
     """Learning rate."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype (bf16 on GPU presets)."""
@@ -150,7 +151,7 @@ class RerankerConfig:
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0
     """Plackett-Luce sampling temperature during training."""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """Learning rate."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""
@@ -180,7 +181,7 @@ class GeneratorConfig:
 class RewardConfig:
     backend: Literal["rule", "hf_classifier", "lvlm_judge"] = "rule"
     """How answers are scored; every backend returns floats in [0, 1]."""
-    metric: Literal["vqa_accuracy", "exact_match", "token_f1", "relaxed"] = "relaxed"
+    metric: Literal["vqa_accuracy", "exact_match", "token_f1", "relaxed"] = "exact_match"
     """`rule` backend: which answer metric."""
     model: str = ""
     """HF id or path (`hf_classifier`, `lvlm_judge`)."""
@@ -237,13 +238,15 @@ class TrainConfig:
 @dataclass
 class LearnerConfig:
     num_workers: int = 1
-    """Ray Train workers in the learner group."""
+    """Learner ranks: Ray actors, each with one DeepSpeed engine per trainable component."""
     zero_stage: int = 0
     """DeepSpeed ZeRO stage (0-3)."""
     use_gpu: bool = False
     """One GPU per learner worker."""
     num_cpus_per_worker: float = 1.0
     """CPUs reserved by each learner worker."""
+    startup_timeout_s: float = 300.0
+    """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     queue_depth: int = 1
@@ -333,58 +336,71 @@ class Config:
     serving: ServingConfig = field(default_factory=ServingConfig)
 
 
-def _coerce(value: Any, tp: Any, path: str) -> Any:
-    """Check `value` against the annotation `tp`, converting only int -> float."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path)
-    if origin is Literal:
-        allowed = typing.get_args(tp)
-        if value not in allowed:
-            raise ConfigError(f"{path}: expected one of {list(allowed)}, got {value!r}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's YAML 1.1, which reads "3e-4" (no dot in the mantissa) as a string, plus
+    YAML 1.2's rule that it is a float: a learning rate written the short way stays a number."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789."))
+
+
+def _sections(cls: type) -> Iterator[type]:
+    """`cls` and every section dataclass nested in it."""
+    yield cls
+    for hint in typing.get_type_hints(cls).values():
+        if dataclasses.is_dataclass(hint):
+            yield from _sections(hint)
+
+
+def _section_schema(cls, source, handler):
+    # Pydantic's strict mode would take only instances for a dataclass; a section read
+    # from YAML is a mapping, so the section itself is lax while its fields stay strict.
+    schema = handler(source)
+    schema["strict"] = False
+    return schema
+
+
+for _section in _sections(Config):
+    # Strict fields: no "7" -> 7, "yes" -> True or 2.0 -> 2; an int still widens to float.
+    _section.__pydantic_config__ = pydantic.ConfigDict(extra="forbid", strict=True)
+    _section.__get_pydantic_core_schema__ = classmethod(_section_schema)
+_VALIDATOR = pydantic.TypeAdapter(Config)
+
+
+def _annotation_at(loc: tuple) -> Any:
+    """The annotation a pydantic error location points at (None if it is not a field)."""
+    annotation: Any = Config
+    for part in loc:
+        if isinstance(part, int) and typing.get_origin(annotation) is list:
+            (annotation,) = typing.get_args(annotation)
+        elif isinstance(part, str) and dataclasses.is_dataclass(annotation):
+            annotation = typing.get_type_hints(annotation).get(part)
+        else:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(value, inner, path)
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise ConfigError(f"{path}: expected a list, got {value!r}")
-        return [_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value)]
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        # YAML 1.1 reads "3e-4" (no dot in the mantissa) as a string; accept what is plainly a number.
-        if isinstance(value, str) and _SCIENTIFIC.match(value):
-            return float(value)
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp in (str, bool):
-        if isinstance(value, tp):
-            return value
-    else:
-        raise ConfigError(f"{path}: unsupported annotation {tp!r}")
-    raise ConfigError(f"{path}: expected {tp.__name__}, got {value!r}")
+    return annotation
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
-    if not isinstance(data, dict):
-        where = path or "config"
-        raise ConfigError(f"{where}: expected a mapping of keys for {cls.__name__}, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [k for k in data if k not in names]
-    if unknown:
-        key = f"{path}.{unknown[0]}" if path else str(unknown[0])
-        raise ConfigError(f"{key}: unknown key (valid keys here: {', '.join(names)})")
-    kwargs = {}
-    for name, value in data.items():
-        kwargs[name] = _coerce(value, hints[name], f"{path}.{name}" if path else name)
-    return cls(**kwargs)
+def _expected(annotation: Any) -> str:
+    if dataclasses.is_dataclass(annotation):
+        return f"a mapping of keys for {annotation.__name__}"
+    if typing.get_origin(annotation) is Literal:
+        return f"one of {list(typing.get_args(annotation))}"
+    if typing.get_origin(annotation) is list:
+        return "a list"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _describe(error: dict) -> str:
+    """One pydantic error as `key.path: what was expected, got what`."""
+    loc = error["loc"]
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or "config"
+    if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
+        names = [f.name for f in dataclasses.fields(_annotation_at(loc[:-1]))]
+        return f"{path}: unknown key (valid keys here: {', '.join(names)})"
+    annotation = _annotation_at(loc)
+    expected = error["msg"] if annotation is None else f"expected {_expected(annotation)}"
+    return f"{path}: {expected}, got {error['input']!r}"
 
 
 def _set_override(tree: dict, assignment: str) -> None:
@@ -399,17 +415,22 @@ def _set_override(tree: dict, assignment: str) -> None:
             raise ConfigError(f"{key}: {part} is not a section")
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        node[parts[-1]] = yaml.load(raw, Loader=_YamlLoader) if raw != "" else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from None
 
 
 def config_from_dict(data: dict, overrides: list[str] = ()) -> Config:
-    """Build a `Config` from a plain mapping plus `a.b=value` overrides."""
-    tree = dict(data)
+    """Build a `Config` from a plain mapping plus `a.b=value` overrides (`data` is left as it was)."""
+    tree = copy.deepcopy(data)
     for assignment in overrides:
         _set_override(tree, assignment)
-    return _build(Config, tree, "")
+    try:
+        return _VALIDATOR.validate_python(tree)
+    except pydantic.ValidationError as exc:
+        first, *others = exc.errors()
+        more = f" (and {len(others)} more)" if others else ""
+        raise ConfigError(_describe(first) + more) from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
@@ -422,7 +443,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_YamlLoader) or {}
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark is not None else ""

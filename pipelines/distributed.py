@@ -70,7 +70,7 @@ class Driver:
         """Roll out and score one batch with the replicas' current weights."""
         self.rollouts += 1
         questions = self.cursor.next_batch(self.cfg.train.questions_per_step)
-        version = self.learner.weights.version
+        version = self.learner.version
         self.stages.reseed(self.cfg.train.seed * 1_000_003 + self.rollouts)
         try:
             roots = rollout_batch(self.stages, questions, self.cfg.translator.num_samples,
@@ -92,7 +92,7 @@ class Driver:
             counts["produced"] += batch.questions
             if batch.roots is None:
                 counts["failed"] += batch.questions
-            elif self.learner.weights.version - batch.version > self.cfg.train.max_policy_lag:
+            elif self.learner.version - batch.version > self.cfg.train.max_policy_lag:
                 counts["dropped_stale"] += batch.questions
             else:
                 counts["trained"] += batch.questions
@@ -104,31 +104,31 @@ class Driver:
         self.timer, counts = StageTimer(), Counter()
         start = time.perf_counter()
         batch = self.take_fresh(counts)
-        learner_version = self.learner.weights.version
-        self.learner.submit(ray.put(batch.roots))
+        learner_version = self.learner.version
+        pending = self.learner.start_update(batch.roots)
         depth = self.cfg.learner.queue_depth if self.cfg.train.max_policy_lag > 0 else 0
         while len(self.ahead) < depth and self.step + len(self.ahead) < self.cfg.train.steps:
             self.ahead.append(self.rollout())
         with self.timer.stage("learn_wait"):
-            update = self.learner.collect()
-        weights = self.learner.weights
+            update = pending.result()
+        weights = update.weights
         with self.timer.stage("weight_sync"):
             self.stages.set_weights(weights.version, weights.translator, weights.reranker)
         elapsed = time.perf_counter() - start
         self.totals.update(counts)
         record = rollout_metrics(batch.roots)
-        record.update(update["losses"])
+        record.update(update.losses)
         record.update(
             policy_version=weights.version, experience_version=batch.version,
             policy_lag=learner_version - batch.version, sampled_versions=batch.sampled_versions,
             produced=counts["produced"], trained=counts["trained"], dropped_stale=counts["dropped_stale"],
             failed=counts["failed"], buffered=sum(b.questions for b in self.ahead),
             leaves_per_s=record["leaves"] / elapsed, updates_per_s=1.0 / elapsed,
-            stage_seconds={**self.timer.seconds, "learn": update["seconds"]})
+            stage_seconds={**self.timer.seconds, "learn": update.seconds})
         return record
 
     def state(self) -> DriverState:
-        return DriverState.capture(self.step, self.learner.weights.version, self.rollouts, self.cursor,
+        return DriverState.capture(self.step, self.learner.version, self.rollouts, self.cursor,
                                    self.shuffle_rng, self.totals)
 
 
@@ -152,8 +152,9 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True) 
         stages = ActorStages.launch(cfg)
         cleanup.callback(stages.shutdown)
         learner = LearnerGroup(cfg, str(learner_dir(checkpoint)) if checkpoint else None)
-        cleanup.callback(learner.stop)
-        stages.set_weights(learner.weights.version, learner.weights.translator, learner.weights.reranker)
+        cleanup.callback(learner.shutdown)
+        weights = learner.weights()
+        stages.set_weights(weights.version, weights.translator, weights.reranker)
         driver = Driver(cfg, stages, learner, cursor, load_driver_state(checkpoint) if checkpoint else None)
         ledger = MetricsLedger(run_dir)
         cleanup.callback(ledger.close)

@@ -3,7 +3,9 @@
 Runs the inference path (greedy query, top-K, greedy selection, answer, reward) over a
 question split in batches, for four settings side by side: no retrieval (no evidence),
 untrained pipeline, trained pipeline (--checkpoint RUN_DIR/export), and oracle evidence
-(the gold documents): what training bought, and the headroom left. On Ray by default
+(the gold documents): what training bought, and the headroom left. On data converted from
+a benchmark (`mmrag convert`), each setting also gets the benchmark's official scores
+("official/..."), computed as `mmrag score` computes them. On Ray by default
 (Ray Data: the Parquet questions through `map_batches` with a predictor that loads the
 pipelines once per worker); --local runs in this process. Writes OUT/predictions.jsonl
 and OUT/metrics.json and prints the comparison table.
@@ -38,9 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from mmrag.data.loaders.aokvqa import read_choices
     from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
     from mmrag.evaluation.settings import SETTINGS
+    from mmrag.metrics.official import read_references
 
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     if args.checkpoint is None:
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)
     order = {s: i for i, s in enumerate(settings)}
     records.sort(key=lambda r: order[r["setting"]])
-    metrics = compare_settings(records, read_choices(cfg.data.dir, args.split))
+    metrics = compare_settings(records, read_references(cfg.data.dir, args.split))
     out = Path(args.out) if args.out else _default_out(args, cfg)
     meta = {"split": args.split, "checkpoint": args.checkpoint, "questions": len(records) // len(settings),
             "data_dir": cfg.data.dir}

@@ -6,6 +6,9 @@ import argparse
 import os
 import sys
 
+import huggingface_hub.constants
+
+from cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
 
 
@@ -26,15 +29,23 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    """Load the config named on the command line, or exit with a one-line error."""
+    """Load the config named on the command line, or exit with a one-line error; then
+    `apply_environment` it."""
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
         sys.exit(f"config error: {exc}")
-    if cfg.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    apply_environment(cfg)
     return cfg
+
+
+def apply_environment(cfg: Config) -> None:
+    """Give this process the environment the config's jobs and actors get (offline switches,
+    accelerator), before it loads any model."""
+    os.environ.update(job_env_vars(cfg))
+    # huggingface_hub reads HF_HUB_OFFLINE once, when first imported, and a command's modules
+    # import it before the config is known: so it is told directly too.
+    huggingface_hub.constants.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE or cfg.offline
 
 
 def run_main(module) -> None:

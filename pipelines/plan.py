@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+import ray
+import torch
 import yaml
 
 from cluster.resources import (
@@ -38,8 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _connected_capacity(address: str) -> dict[str, float]:
-    import ray
-
     ray.init(address=address, log_to_driver=False)
     try:
         return dict(ray.cluster_resources())
@@ -48,8 +48,6 @@ def _connected_capacity(address: str) -> dict[str, float]:
 
 
 def _local_capacity(cfg: Config) -> dict[str, float]:
-    import torch
-
     return {"CPU": float(cfg.ray.num_cpus), "GPU": float(torch.cuda.device_count())}
 
 

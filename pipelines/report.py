@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-from pipelines.options import run_main
+from mmrag.config import ConfigError, config_from_dict
+from mmrag.report.examples import query_examples
+from mmrag.report.plots import draw_plots
+from mmrag.report.summary import write_summary
+from mmrag.training.ledger import read_metrics
+from pipelines.options import apply_environment, run_main
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,12 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmrag.config import ConfigError, config_from_dict
-    from mmrag.report.examples import query_examples
-    from mmrag.report.plots import draw_plots
-    from mmrag.report.summary import write_summary
-    from mmrag.training.ledger import read_metrics
-
     run_dir = Path(args.run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         print(f"report: {run_dir}/metrics.jsonl not found (expected a run directory of `mmrag train`)",
@@ -50,8 +48,7 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ConfigError) as exc:
             print(f"report: {run_dir}/config.json: {exc}", file=sys.stderr)
             return 2
-        if cfg.offline:
-            os.environ["HF_HUB_OFFLINE"] = "1"
+        apply_environment(cfg)
         examples = query_examples(cfg, export, args.examples)
     summary = write_summary(run_dir, records, plots, examples, out / "REPORT.md")
     print(f"wrote {summary} and {len(plots)} plots")

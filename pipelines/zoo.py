@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mmrag.model_refs import MODELS, ZooError, ensure_built
 from pipelines.options import add_config_options, config_from_args, run_main
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from mmrag.zoo import MODELS
-
     add_config_options(parser)
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(MODELS), default=list(MODELS),
                         help=f"models to build (default: all of {', '.join(MODELS)})")
@@ -28,8 +27,6 @@ def _figure_summary(figures: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmrag.zoo import ZooError, ensure_built
-
     cfg = config_from_args(args)
     rows = []
     for name in args.only:

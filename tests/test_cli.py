@@ -1,13 +1,16 @@
 """The command line: README and CI agree, and every command explains its options."""
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub.constants
 import pytest
 
 from pipelines.cli import COMMANDS, build_parser
+from pipelines.options import config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,9 +24,16 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert ci_lines == [quickstart[1]]
 
 
+def test_readme_links_only_to_files_inside_the_repository():
+    targets = re.findall(r"\]\(([^)#\s]+)", (ROOT / "README.md").read_text())
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links to its architecture document"
+    assert [t for t in local if not (ROOT / t).resolve().is_relative_to(ROOT)] == []
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_every_option_has_help(command):
-    parser = build_parser()
+    parser = build_parser(command)
     sub = parser._subparsers._group_actions[0].choices[command]
     for action in sub._actions:
         if action.dest != "help":
@@ -37,7 +47,30 @@ def test_module_entry_point_help():
 
 
 def test_bad_override_is_one_line_error():
-    args = build_parser().parse_args(["synth", "--set", "data.nope=1"])
+    args = build_parser("synth").parse_args(["synth", "--set", "data.nope=1"])
     with pytest.raises(SystemExit) as exit_info:
         args.run(args)
     assert "data.nope: unknown key" in str(exit_info.value)
+
+
+def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DS_ACCELERATOR", "TOKENIZERS_PARALLELISM"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    config_from_args(build_parser("index").parse_args(["index", "--config", str(ROOT / "configs/local.yaml")]))
+    assert huggingface_hub.constants.HF_HUB_OFFLINE is True
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["DS_ACCELERATOR"] == "cpu"
+
+
+def test_default_commands_print_no_warning(tmp_path, synth_dir):
+    # A fresh zoo cache, so building the random tiny CLIP and saving the tiny LVLM (what
+    # used to warn of random weights and of DeepSpeed's accelerator guess) happens here.
+    env = {k: v for k, v in os.environ.items() if k not in ("DS_ACCELERATOR", "PYTHONWARNINGS")}
+    dirs = [f"--set=zoo.cache_dir={tmp_path / 'zoo'}", f"--set=data.dir={synth_dir}",
+            f"--set=index.dir={tmp_path / 'index'}", "--set=encoder.pretrained=zoo:tiny-clip-init"]
+    for command in (["zoo", "--only", "tiny-clip-init", "tiny-lvlm"], ["index"]):
+        result = subprocess.run([sys.executable, "-m", "pipelines.cli", *command, *dirs], capture_output=True,
+                                text=True, cwd=ROOT, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        lines = (result.stdout + result.stderr).replace("\r", "\n").splitlines()
+        assert [line for line in lines if "warn" in line.lower()] == [], f"mmrag {command[0]}"

@@ -1,12 +1,14 @@
 """Config loading: strict keys and types, overrides, presets, one-line errors."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from mmrag.config import Config, ConfigError, config_from_dict, load_config
+from mmrag.config import Config, ConfigError, config_from_dict, config_to_dict, load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+PATH_FIELDS = {("data", "dir"), ("zoo", "cache_dir"), ("index", "dir"), ("train", "run_dir")}
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.yaml")))
@@ -20,6 +22,20 @@ def test_local_config_is_tiny_cpu():
     assert cfg.offline is True
     assert cfg.translator.model.startswith("zoo:")
     assert cfg.generator.num_gpus == 0 and cfg.translator.num_gpus == 0
+
+
+def test_local_preset_equals_the_defaults_paths_aside():
+    preset, defaults = config_to_dict(load_config(CONFIGS / "local.yaml")), config_to_dict(Config())
+    for section, key in PATH_FIELDS:
+        del preset[section][key], defaults[section][key]
+    assert preset == defaults
+
+
+def test_configs_stay_plain_dataclasses_that_round_trip():
+    cfg = load_config(CONFIGS / "gpu_qwen2vl.yaml")
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+    changed = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=3))
+    assert changed.train.steps == 3 and cfg.train.steps != 3
 
 
 def test_unknown_key_names_its_path():
@@ -50,10 +66,18 @@ def test_int_promotes_to_float_and_lists_are_checked():
         config_from_dict({"translator": {"lora": {"target_modules": ["q_proj", 3]}}})
 
 
-def test_scientific_notation_reads_as_float():
+def test_scientific_notation_reads_as_float(tmp_path):
     assert config_from_dict({}, ["translator.lr=3e-4"]).translator.lr == 3e-4
-    with pytest.raises(ConfigError, match=r"train\.steps: expected int, got '1e3'"):
+    with pytest.raises(ConfigError, match=r"train\.steps: expected int, got 1000\.0"):
         config_from_dict({}, ["train.steps=1e3"])
+    preset = tmp_path / "short.yaml"
+    preset.write_text("reranker:\n  lr: 5e-3\n")
+    assert load_config(preset).reranker.lr == 5e-3
+
+
+def test_several_errors_report_the_first_and_count_the_rest():
+    with pytest.raises(ConfigError, match=r"^index\.top_k: expected int, got None \(and 2 more\)$"):
+        config_from_dict({"train": {"steps": "x", "seed": "y"}, "index": {"top_k": None}})
 
 
 def test_overrides_parse_yaml_values():
@@ -62,6 +86,8 @@ def test_overrides_parse_yaml_values():
     assert cfg.train.steps == 7 and cfg.train.aggregate == "max"
     assert cfg.translator.lora.enabled is True
     assert cfg.translator.lora.target_modules == ["q_proj", "k_proj"]
+    saved = {"train": {"steps": 3}}
+    assert config_from_dict(saved, ["train.seed=4"]).train.seed == 4 and saved == {"train": {"steps": 3}}
 
 
 def test_override_errors_are_named():

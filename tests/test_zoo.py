@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
+import open_clip
 import pytest
 import torch
 from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2VLForConditionalGeneration
 
-from mmrag.zoo import MANIFEST_FILE, MODELS, ZooError, ZooModel, ensure_built, read_manifest, resolve
+from mmrag.model_refs import MANIFEST_FILE, MODELS, ZooError, ZooModel, ensure_built, read_manifest, resolve
+from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
+from mmrag.models.lvlm import load_lvlm
+from mmrag.zoo import fit_captioner, fit_clip
+from mmrag.zoo.fit_captioner import CaptionExample, caption_target, describes_correctly
+from mmrag.zoo.tiny_clip import create_tiny_clip, random_tiny_clip
+from mmrag.zoo.tiny_lvlm import IMAGE_TOKENS_PER_IMAGE, build_model_config
 
 
 def _solid(rgb: tuple[int, int, int], size: tuple[int, int] = (64, 64)) -> Image.Image:
@@ -37,21 +46,24 @@ def clip_init_cache(tmp_path_factory) -> Path:
     return cache
 
 
+def test_building_and_loading_tiny_clip_logs_no_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        path = resolve("zoo:tiny-clip-init", str(tmp_path))
+        create_tiny_clip(path)
+    assert [record.getMessage() for record in caplog.records] == []
+
+
 def test_tiny_clip_init_reloads_identical_weights_through_open_clip(clip_init_cache):
-    import open_clip
-
-    from mmrag.zoo.tiny_clip import TINY_CLIP_MODEL_NAME, create_tiny_clip
-
     path = resolve("zoo:tiny-clip-init", str(clip_init_cache))
     assert path == str(clip_init_cache / "tiny-clip-init" / "open_clip_model.safetensors")
-    loaded, _, preprocess = open_clip.create_model_and_transforms(TINY_CLIP_MODEL_NAME, pretrained=path)
+    loaded, preprocess = create_tiny_clip(path)
     torch.manual_seed(3)
-    rebuilt, _ = create_tiny_clip()
+    rebuilt = random_tiny_clip()
     loaded_state, rebuilt_state = loaded.state_dict(), rebuilt.state_dict()
     assert loaded_state.keys() == rebuilt_state.keys()
     assert all(torch.equal(loaded_state[k], rebuilt_state[k]) for k in loaded_state)
     torch.manual_seed(4)
-    other, _ = create_tiny_clip()
+    other = random_tiny_clip()
     assert not torch.equal(other.state_dict()["text_projection"], loaded_state["text_projection"])
     with torch.no_grad():
         features = loaded.encode_image(preprocess(_solid((200, 30, 30))).unsqueeze(0))
@@ -94,10 +106,6 @@ def test_failed_build_leaves_nothing_behind(monkeypatch, tmp_path):
 
 
 def test_tiny_lvlm_reloads_identical_weights_and_generates(zoo_dir):
-    from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2VLForConditionalGeneration
-
-    from mmrag.zoo.tiny_lvlm import build_model_config
-
     path = resolve("zoo:tiny-lvlm", zoo_dir)
     seed = read_manifest(path)["seed"]
     model = AutoModelForImageTextToText.from_pretrained(path).eval()
@@ -126,10 +134,6 @@ def test_tiny_lvlm_reloads_identical_weights_and_generates(zoo_dir):
 
 
 def test_processor_gives_sixteen_image_tokens_for_a_64px_image(zoo_dir):
-    from transformers import AutoProcessor
-
-    from mmrag.zoo.tiny_lvlm import IMAGE_TOKENS_PER_IMAGE
-
     processor = AutoProcessor.from_pretrained(resolve("zoo:tiny-lvlm", zoo_dir))
     image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe."}]}]
@@ -144,21 +148,14 @@ def test_processor_gives_sixteen_image_tokens_for_a_64px_image(zoo_dir):
 
 
 def test_clip_fit_lowers_contrastive_loss_on_a_small_world(clip_init_cache):
-    import open_clip
-
-    from mmrag.zoo.fit_clip import fit, load_world
-    from mmrag.zoo.tiny_clip import TINY_CLIP_MODEL_NAME, create_tiny_clip
-
     model, preprocess = create_tiny_clip(resolve("zoo:tiny-clip-init", str(clip_init_cache)))
-    world = load_world(num_entities=12, seed=7, preprocess=preprocess)
+    world = fit_clip.load_world(num_entities=12, seed=7, preprocess=preprocess)
     assert len(world.images) == 12 * 8 and len(world.passages) == 12 * 4
-    losses = fit(model, open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME), world, steps=10, seed=0, families_per_batch=2)
+    losses = fit_clip.fit(model, open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME), world, steps=10, seed=0, families_per_batch=2)
     assert sum(losses[-3:]) / 3 < 0.8 * losses[0]
 
 
 def test_caption_targets_follow_the_mix_and_describe_checks_every_attribute():
-    from mmrag.zoo.fit_captioner import CaptionExample, caption_target, describes_correctly
-
     attributes = {"colour": "red", "texture": "striped", "shape": "circle", "background": "navy"}
     example = CaptionExample(_solid((0, 0, 0)), "red striped circle on navy", attributes)
     rng = random.Random(0)
@@ -175,11 +172,8 @@ def test_caption_targets_follow_the_mix_and_describe_checks_every_attribute():
 
 
 def test_captioner_fit_lowers_assistant_loss(zoo_dir):
-    from mmrag.models.lvlm import load_lvlm
-    from mmrag.zoo.fit_captioner import fit, load_examples
-
     model, processor = load_lvlm("zoo:tiny-lvlm", zoo_dir)
-    examples = load_examples(num_entities=6, seed=11)
+    examples = fit_captioner.load_examples(num_entities=6, seed=11)
     assert len(examples) == 6 * (1 + 8)
-    losses = fit(model, processor, examples, steps=12, seed=0, batch_size=8)
+    losses = fit_captioner.fit(model, processor, examples, steps=12, seed=0, batch_size=8)
     assert sum(losses[-3:]) / 3 < 0.8 * losses[0]

@@ -2,46 +2,58 @@
 
 From prediction records (one per question and setting, see `predictor.py`): the greedy
 summary of `mmrag.training.evaluate.summarize` (reward, recall@K, documents kept, query
-length), every answer metric, recall@1/@5 over the questions that have gold documents,
-and A-OKVQA multiple-choice accuracy when the dataset came with choices.
+length), every lenient answer metric, recall@1/@5 over the questions that have gold
+documents, and, for converted benchmark data (a references file beside the questions),
+the benchmark's official aggregates under "official/...", computed by the same scorers as
+`mmrag score`. For A-OKVQA multiple choice the free-form answer is first mapped to an
+option (`choice_for_answer`; an answer naming no option is scored as a wrong choice).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from mmrag.data.loaders.aokvqa import Choices
 from mmrag.evaluation.settings import SETTINGS
-from mmrag.metrics.benchmarks import mean_answer_metrics, mean_recall_at_k, multiple_choice_accuracy
+from mmrag.metrics.aokvqa import AokvqaReference, choice_for_answer
+from mmrag.metrics.benchmarks import mean_answer_metrics, mean_recall_at_k
+from mmrag.metrics.scoring import Benchmark, Prediction, score_predictions
 from mmrag.training.evaluate import summarize
 
 RECALL_KS = (1, 5)
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
+OFFICIAL_PREFIX = "official/"
+
+References = tuple[Benchmark, Mapping[str, Any]]
 
 
-def setting_metrics(records: list[dict], choices: dict[str, Choices]) -> dict[str, float]:
+def setting_metrics(records: list[dict], references: References | None = None) -> dict[str, float]:
     metrics = {
         **summarize(records),
         **mean_recall_at_k(records, RECALL_KS),
         **mean_answer_metrics([r["answer"] for r in records], [r["answers"] for r in records]),
     }
-    with_choices = [r for r in records if r["id"] in choices]
-    if with_choices:
-        metrics["multiple_choice_accuracy"] = statistics.fmean(
-            multiple_choice_accuracy(r["answer"], choices[r["id"]].choices, choices[r["id"]].correct_choice_idx)
-            for r in with_choices)
+    if references is not None:
+        metrics.update(official_metrics(records, *references))
     return metrics
 
 
-def compare_settings(records: list[dict], choices: dict[str, Choices] | None = None) -> dict[str, dict[str, float]]:
+def official_metrics(records: list[dict], benchmark: Benchmark, references: Mapping[str, Any]) -> dict[str, float]:
+    """The benchmark's official aggregates over the evaluated questions (those with a reference)."""
+    predictions = {r["id"]: _prediction(r, references.get(r["id"])) for r in records}
+    report = score_predictions(benchmark, references, predictions, partial=True)
+    return {OFFICIAL_PREFIX + name: value for name, value in report.aggregates.items()}
+
+
+def compare_settings(records: list[dict], references: References | None = None) -> dict[str, dict[str, float]]:
     """Setting -> metrics, in the order of `SETTINGS` (settings without records are left out)."""
     by_setting: dict[str, list[dict]] = {}
     for record in records:
         by_setting.setdefault(record["setting"], []).append(record)
-    return {s: setting_metrics(by_setting[s], choices or {}) for s in SETTINGS if s in by_setting}
+    return {s: setting_metrics(by_setting[s], references) for s in SETTINGS if s in by_setting}
 
 
 def comparison_table(metrics: dict[str, dict[str, float]]) -> str:
@@ -66,3 +78,11 @@ def write_results(out_dir: str | Path, records: list[dict], metrics: dict[str, d
             handle.write(json.dumps(record, sort_keys=True) + "\n")
     (out_dir / METRICS_FILE).write_text(json.dumps({**meta, "settings": metrics}, indent=2))
     return out_dir
+
+
+def _prediction(record: dict, reference: Any) -> Prediction:
+    choice = None
+    if isinstance(reference, AokvqaReference):
+        index = choice_for_answer(record["answer"], reference.choices)
+        choice = record["answer"] if index is None else index
+    return Prediction(record["id"], record["answer"], choice, f"question {record['id']!r}")

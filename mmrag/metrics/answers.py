@@ -3,6 +3,11 @@
 They close the pipeline: the `rule` reward backend scores every rollout leaf with the
 metric named by `reward.metric`, and evaluation reports them on held-out questions.
 Every metric maps (prediction, references) to a float in [0, 1].
+
+They are deliberately lenient learning signals with one shared normalisation, not benchmark
+scores: each benchmark's official score, quirks included, is in `mmrag.metrics.okvqa`,
+`aokvqa`, `infoseek` and `evqa` (the README's "Training reward vs official scores" lists
+the differences).
 """
 
 from __future__ import annotations

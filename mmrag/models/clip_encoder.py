@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import open_clip
 import torch
 from PIL import Image
+
+from mmrag.model_refs import resolve
+from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME, register_tiny_clip_config
 
 Fusion = Literal["mean", "text", "image"]
 
 
 def resolve_pretrained(model_name: str, pretrained: str, cache_dir: str) -> str:
     """Turn `zoo:NAME` into a local checkpoint (registering the tiny model config first)."""
-    from mmrag.zoo import resolve
-
-    if model_name == "mmrag-tiny-clip":
-        from mmrag.zoo.tiny_clip import register_tiny_clip_config
-
+    if model_name == TINY_CLIP_MODEL_NAME:
         register_tiny_clip_config()
     return resolve(pretrained, str(Path(cache_dir).expanduser()))
 
@@ -67,8 +67,6 @@ class ClipEncoder:
 
     def __init__(self, model_name: str, pretrained: str, cache_dir: str, device: str = "cpu",
                  batch_size: int = 64) -> None:
-        import open_clip
-
         if batch_size < 1:
             raise ValueError(f"encoder.batch_size: expected a positive integer, got {batch_size}")
         self.identity = encoder_identity(model_name, pretrained, cache_dir)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from PIL import Image
 
 from mmrag.config import GeneratorConfig
+from mmrag.models.extractive_reader import ExtractiveReader
 from mmrag.models.lvlm import check_batch_lengths, decode_response, fill_prompt, generate_token_ids, load_lvlm
 
 NO_EVIDENCE = "(none)"
@@ -64,8 +65,6 @@ class ExtractiveGenerator:
     """`ExtractiveReader` behind the generator signature; the image is not used."""
 
     def __init__(self):
-        from mmrag.models.extractive_reader import ExtractiveReader
-
         self.reader = ExtractiveReader()
 
     def answer(self, images: list[Image.Image | None], questions: list[str], evidence: list[list[str]]) -> list[str]:

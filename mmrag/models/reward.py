@@ -17,9 +17,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from mmrag.config import RewardConfig
 from mmrag.metrics.answers import METRICS
+from mmrag.model_refs import resolve
+from mmrag.models.lvlm import TORCH_DTYPES, chat_inputs, load_lvlm, sequence_logprobs
 
 JUDGE_PROMPT = (
     "Question: {question}\nReference answer: {reference}\nCandidate answer: {answer}\n"
@@ -90,10 +93,6 @@ class ClassifierReward(BatchedModelReward):
     """An HF sequence classifier: sigmoid of its one logit, or the softmax probability of its last label."""
 
     def __init__(self, model_path: str, batch_size: int, dtype: str = "float32", device: str = "cpu"):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        from mmrag.models.lvlm import TORCH_DTYPES
-
         super().__init__(batch_size)
         self.device = device
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -149,8 +148,6 @@ class LvlmJudgeReward(BatchedModelReward):
     """
 
     def __init__(self, model_ref: str, cache_dir: str, batch_size: int, dtype: str = "float32", device: str = "cpu"):
-        from mmrag.models.lvlm import load_lvlm
-
         super().__init__(batch_size)
         self.device = device
         self.model, self.processor = load_lvlm(model_ref, cache_dir, dtype=dtype, device=device)
@@ -167,15 +164,11 @@ class LvlmJudgeReward(BatchedModelReward):
 
     def next_token_logprobs(self, prompts: list[str]) -> torch.Tensor:
         """Log-probs of the assistant's first reply token; prompts are left-padded, so it is the last position."""
-        from mmrag.models.lvlm import chat_inputs
-
         inputs = chat_inputs(self.processor, [None] * len(prompts), prompts).to(self.device)
         return torch.log_softmax(self.model(**inputs, logits_to_keep=1).logits[:, -1].float(), dim=-1)
 
     def reply_logprobs(self, prompts: list[str], paths: list[tuple[int, ...]], first_token: torch.Tensor) -> torch.Tensor:
         """[batch, len(paths)]: log P(reply starts with path | prompt)."""
-        from mmrag.models.lvlm import sequence_logprobs
-
         columns = [
             first_token[:, path[0]] if len(path) == 1
             else sequence_logprobs(self.model, self.processor, [None] * len(prompts), prompts, [list(path)] * len(prompts))
@@ -201,7 +194,5 @@ def build_reward(cfg: RewardConfig, cache_dir: str, device: str = "cpu") -> Rewa
     if not cfg.model:
         raise ValueError(f"reward.model: the {cfg.backend} backend needs a model (HF id, local path or zoo:NAME)")
     if cfg.backend == "hf_classifier":
-        from mmrag.zoo import resolve
-
         return ClassifierReward(resolve(cfg.model, cache_dir), cfg.batch_size, cfg.dtype, device)
     return LvlmJudgeReward(cfg.model, cache_dir, cfg.batch_size, cfg.dtype, device)

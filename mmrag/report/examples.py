@@ -12,13 +12,12 @@ from pathlib import Path
 
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
+from mmrag.models.translator import QueryTranslator
+from mmrag.training.export import with_exported_translator
 
 
 def query_examples(cfg: Config, export_dir: str | Path, count: int, device: str = "cpu") -> dict:
     """{"early": label, "late": label, "rows": [{id, question, answers, early, late}]} for `count` val questions."""
-    from mmrag.models.translator import QueryTranslator
-    from mmrag.training.export import with_exported_translator
-
     questions = load_questions(cfg.data.dir, "val")[:count]
     images, texts = [q.image for q in questions], [q.question for q in questions]
     untrained = QueryTranslator.from_config(cfg.translator, cfg.zoo.cache_dir, device)

@@ -20,6 +20,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mmrag.config import TranslatorConfig
+from mmrag.data.synth import RELATIONS, make_world
+from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
+from mmrag.model_refs import resolve
+from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, response_token_ids, sequence_logprobs
 from mmrag.zoo.fitting import run_fit
 
 FIT_ENTITIES = 1000
@@ -54,8 +59,6 @@ def caption_target(example: CaptionExample, question: str, rng: random.Random) -
 
 def load_examples(num_entities: int, seed: int) -> list[CaptionExample]:
     """Every image of a synthetic world (canonical KB pictures and augmented question views)."""
-    from mmrag.data.synth import make_world
-
     world = make_world(num_entities=num_entities, seed=seed)
     by_id = {entity.entity_id: entity for entity in world.entities}
     pictures = [(doc.image, by_id[doc.entity_id]) for doc in world.docs if doc.image is not None]
@@ -69,23 +72,16 @@ def load_examples(num_entities: int, seed: int) -> list[CaptionExample]:
 
 
 def question_templates() -> list[str]:
-    from mmrag.data.synth import RELATIONS
-
     return [t for relation in RELATIONS.values() for t in relation.question_templates]
 
 
 def translator_prompt(question: str) -> str:
-    from mmrag.config import TranslatorConfig
-    from mmrag.models.lvlm import fill_prompt
-
     return fill_prompt(TranslatorConfig().prompt_template, "translator.prompt_template", question=question)
 
 
 def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
         batch_size: int = BATCH_SIZE) -> list[float]:
     """Teacher forcing: mean negative log-likelihood of the assistant tokens (and end of turn)."""
-    from mmrag.models.lvlm import response_token_ids, sequence_logprobs
-
     rng = random.Random(seed)
     torch.manual_seed(seed)
     templates = question_templates()
@@ -106,8 +102,6 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
 
 def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
     """All four attribute words present, and no other word of those vocabularies."""
-    from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
-
     words = set(text.lower().split())
     vocabularies = {"colour": COLOURS, "texture": TEXTURES, "shape": SHAPES, "background": BACKGROUNDS}
     return all(words & set(vocabulary) == {attributes[kind]} for kind, vocabulary in vocabularies.items())
@@ -115,8 +109,6 @@ def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
 
 def greedy_description_accuracy(model, processor, examples: list[CaptionExample], seed: int) -> dict:
     """Fraction of greedy queries that name the image's colour, texture, shape and background."""
-    from mmrag.models.lvlm import generate
-
     rng = random.Random(seed)
     templates = question_templates()
     prompts = [translator_prompt(rng.choice(templates)) for _ in examples]
@@ -131,9 +123,6 @@ def greedy_description_accuracy(model, processor, examples: list[CaptionExample]
 
 def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS) -> dict:
     """Fit from `zoo:tiny-lvlm`, save model + processor, return held-out figures for zoo.json."""
-    from mmrag.models.lvlm import load_lvlm
-    from mmrag.zoo import resolve
-
     model, processor = load_lvlm(resolve("zoo:tiny-lvlm", cache_dir, seed), cache_dir)
     started = time.perf_counter()
     examples = load_examples(FIT_ENTITIES, seed + WORLD_SEED_OFFSET)

@@ -18,16 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import open_clip
 import torch
 import torch.nn.functional as F
 
+from mmrag.data.synth import RELATIONS, make_world
+from mmrag.model_refs import resolve
+from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
 from mmrag.zoo.fitting import run_fit
-from mmrag.zoo.tiny_clip import (
-    CHECKPOINT_FILE,
-    TINY_CLIP_MODEL_NAME,
-    create_tiny_clip,
-    save_checkpoint,
-)
+from mmrag.zoo.tiny_clip import CHECKPOINT_FILE, create_tiny_clip, save_checkpoint
 
 FIT_ENTITIES = 200
 HELDOUT_ENTITIES = 100
@@ -60,8 +59,6 @@ class ContrastiveWorld:
 
 def aspect_phrases() -> dict[str, list[str]]:
     """Relation -> phrases a query may append to a description to ask for that aspect."""
-    from mmrag.data.synth import RELATIONS
-
     return {
         name: [t.lower().rstrip("?") for t in relation.question_templates]
         + [" ".join(relation.keywords), name]
@@ -71,8 +68,6 @@ def aspect_phrases() -> dict[str, list[str]]:
 
 def load_world(num_entities: int, seed: int, preprocess) -> ContrastiveWorld:
     """Render a synthetic world; its question images are the augmented views."""
-    from mmrag.data.synth import RELATIONS, make_world
-
     world = make_world(num_entities=num_entities, seed=seed)
     index_of = {entity.entity_id: i for i, entity in enumerate(world.entities)}
     relation_of = {t: name for name, relation in RELATIONS.items() for t in relation.question_templates}
@@ -175,10 +170,6 @@ def evaluate(model, tokenizer, world: ContrastiveWorld) -> dict[str, float]:
 
 def build_tiny_clip(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS) -> dict:
     """Fit from `zoo:tiny-clip-init`, save the checkpoint, return held-out figures for zoo.json."""
-    import open_clip
-
-    from mmrag.zoo import resolve
-
     model, preprocess = create_tiny_clip(resolve("zoo:tiny-clip-init", cache_dir, seed))
     tokenizer = open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME)
     started = time.perf_counter()

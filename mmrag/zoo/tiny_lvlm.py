@@ -22,6 +22,8 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
+from mmrag.config import GeneratorConfig, TranslatorConfig
+from mmrag.data.synth import RELATIONS, make_world
 from mmrag.zoo.tokenizer import IMAGE_PAD, VIDEO_PAD, train_tokenizer
 
 TINY_LVLM_IMAGE_SIZE = 64
@@ -116,9 +118,6 @@ def build_model_config(processor: Qwen2VLProcessor) -> Qwen2VLConfig:
 
 def tokenizer_corpus(seed: int) -> list[str]:
     """Text the tokenizer learns merges from: a synthetic world's KB text, questions and prompts."""
-    from mmrag.config import GeneratorConfig, TranslatorConfig
-    from mmrag.data.synth import RELATIONS, make_world
-
     world = make_world(num_entities=CORPUS_ENTITIES, seed=seed)
     templates = [t for relation in RELATIONS.values() for t in relation.question_templates]
     descriptions = [entity.description for entity in world.entities]

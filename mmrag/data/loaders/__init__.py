@@ -3,10 +3,11 @@
 First stage of the data flow for real benchmarks: each module here reads one public
 format (InfoSeek, Encyclopedic-VQA, OK-VQA, A-OKVQA questions; a Wikipedia-style KB dump)
 into `mmrag.data.dataset.Question` / `Doc` objects, which `mmrag convert` writes with
-`write_questions` / `write_kb`. This module holds what they share: `LoaderError` (every
-message names the file and line or row), image lookup under an image root (a missing
-image is an error, or skipped and counted), and a JSON reader that remembers on which
-line each record starts.
+`write_questions` / `write_kb`, and into the references their official scores need
+(`mmrag.metrics`), which `mmrag convert` writes beside them and `mmrag score` reads from
+the annotation files directly. This module holds what they share: `LoaderError` (every
+message names the file and the line, row, or record index and id), image lookup under an
+image root (a missing image is an error, or skipped and counted), and JSON readers.
 """
 
 from __future__ import annotations
@@ -128,92 +129,37 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     return records
 
 
-def read_json_records(path: Path, key: str | None = None) -> list[tuple[int, str | None, Any]]:
-    """(line, key, record) for each record of a JSON file, with the line the record starts on.
-
-    Records are the items of the top-level array, or of the array under `key` in a top-level
-    object, or (with no `key` and a top-level object) the object's values, each with its key.
-    """
-    text = _read_text(path)
+def read_json(path: Path) -> Any:
+    """The parsed JSON file; a syntax error names the file, line and column."""
     try:
-        start = _skip_space(text, 0)
-        if key is not None:
-            start = _member_value_start(text, start, key, path)
-        return _container_items(text, start, path)
+        return json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
-        raise LoaderError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        raise LoaderError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
 
 
-def line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
+def json_records(data: Any, path: Path, key: str | None = None) -> list[Any]:
+    """The records of the parsed JSON file `path`: its top-level array, or the array under `key` of its
+    top-level object."""
+    if key is not None:
+        if not isinstance(data, dict) or key not in data:
+            raise LoaderError(f"{path}: expected a JSON object with the key {key!r}")
+        data = data[key]
+    if not isinstance(data, list):
+        raise LoaderError(f"{path}: expected a JSON array of records{f' under {key!r}' if key else ''}, "
+                          f"got {type(data).__name__}")
+    return data
 
 
-_DECODER = json.JSONDecoder()
+def record_where(path: Path, index: int, record: Any, id_field: str) -> str:
+    """How messages name a record: "FILE: record INDEX", with its id when it has one."""
+    identifier = record.get(id_field) if isinstance(record, dict) else None
+    if isinstance(identifier, (str, int)) and not isinstance(identifier, bool):
+        return f"{path}: record {index} ({id_field} {identifier!r})"
+    return f"{path}: record {index}"
 
 
 def _read_text(path: Path) -> str:
     try:
         return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise LoaderError(f"{path}: cannot read ({exc.strerror})") from None
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in " \t\r\n":
-        pos += 1
-    return pos
-
-
-def _expect(text: str, pos: int, chars: str, path: Path) -> str:
-    if pos >= len(text) or text[pos] not in chars:
-        found = repr(text[pos]) if pos < len(text) else "end of file"
-        raise LoaderError(f"{path}:{line_of(text, pos)}: not valid JSON (expected one of {chars!r}, found {found})")
-    return text[pos]
-
-
-def _members(text: str, pos: int, path: Path):
-    """Yield (key or None, value start offset) for the items of the array/object starting at `pos`."""
-    opener = _expect(text, pos, "[{", path)
-    closer = "]" if opener == "[" else "}"
-    pos = _skip_space(text, pos + 1)
-    if text.startswith(closer, pos):
-        return
-    while True:
-        key = None
-        if opener == "{":
-            key, pos = _DECODER.raw_decode(text, pos)
-            pos = _skip_space(text, pos)
-            _expect(text, pos, ":", path)
-            pos = _skip_space(text, pos + 1)
-        pos = yield key, pos
-        pos = _skip_space(text, pos)
-        if _expect(text, pos, "," + closer, path) == closer:
-            return
-        pos = _skip_space(text, pos + 1)
-
-
-def _container_items(text: str, start: int, path: Path) -> list[tuple[int, str | None, Any]]:
-    items = []
-    members = _members(text, start, path)
-    try:
-        key, pos = next(members)
-        while True:
-            value, end = _DECODER.raw_decode(text, pos)
-            items.append((line_of(text, pos), key, value))
-            key, pos = members.send(end)
-    except StopIteration:
-        return items
-
-
-def _member_value_start(text: str, start: int, wanted: str, path: Path) -> int:
-    if _expect(text, start, "[{", path) == "[":
-        raise LoaderError(f"{path}:{line_of(text, start)}: expected a JSON object with key {wanted!r}, found an array")
-    members = _members(text, start, path)
-    try:
-        key, pos = next(members)
-        while key != wanted:
-            _, end = _DECODER.raw_decode(text, pos)
-            key, pos = members.send(end)
-        return pos
-    except StopIteration:
-        raise LoaderError(f"{path}: no top-level key {wanted!r}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoaderError(f"{path}: cannot read ({exc})") from None

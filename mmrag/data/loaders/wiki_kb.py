@@ -21,8 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mmrag.data.dataset import Doc
-from mmrag.data.loaders import (ImageRoot, LoaderError, image_names_from_reference, read_json_records, read_jsonl,
-                                require)
+from mmrag.data.loaders import ImageRoot, LoaderError, image_names_from_reference, read_json, read_jsonl, require
 
 
 def section_doc_id(article_id: str, section: int) -> str:
@@ -50,7 +49,13 @@ def _articles(path: Path):
     if path.suffix == ".jsonl":
         return [(f"{path}:{line}", None, record) for line, record in read_jsonl(path)]
     if path.suffix == ".json":
-        return [(f"{path}:{line}", key, record) for line, key, record in read_json_records(path)]
+        data = read_json(path)
+        if isinstance(data, dict):
+            return [(f"{path}: article {key!r}", key, article) for key, article in data.items()]
+        if isinstance(data, list):
+            return [(f"{path}: article {index}", None, article) for index, article in enumerate(data)]
+        raise LoaderError(f"{path}: expected an array of articles or an object keyed by article id, "
+                          f"got {type(data).__name__}")
     raise LoaderError(f"{path}: unknown KB dump type {path.suffix!r} (expected .json, .jsonl or .parquet)")
 
 

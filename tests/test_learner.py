@@ -1,0 +1,233 @@
+"""The learners take the same steps: in process, one ZeRO-0 rank, two ZeRO-3 ranks; checkpoints; rank death.
+
+Real scored trees: 4 batches of 2 or 3 questions, rolled out on-policy by `LocalPipeline` with the
+`LocalLearner`'s own components (trained in place between batches), then fed unchanged to
+the DeepSpeed learner groups. Random tiny zoo models, as in tests/test_distributed_train.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+from test_distributed_train import tiny_index  # noqa: F401 (a module fixture: pytest finds it by name)
+from test_distributed_train import QUESTIONS_PER_STEP, assert_same_exported_weights, exported_weights, tiny_config
+
+from actors.learner import LearnerGroup, LearnerRankError
+from cluster.resources import PlanDoesNotFit
+from mmrag.config import Config
+from mmrag.data.dataset import load_questions
+from mmrag.rl.rollout import Node
+from mmrag.training.learner import COMPONENTS, Learner, LearnerUpdate, LocalLearner, Weights
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.reference import score_trees
+from mmrag.training.rollout_batch import rollout_batch
+from mmrag.training.updates import example_count
+
+SIGNAL_ROOTS_BY_STEP = (1, 0, 3, 1)
+"""How many questions of each step's batch carry learning signal for both components; the others carry none
+(padded to QUESTIONS_PER_STEP). Step 3's three split 2:1 over two ranks: only unequal example counts on the
+ranks make the per-rank loss weighting matter."""
+MAX_DRAWS = 200
+SHIFT_GAUGE = "reranker/head.mlp.4.bias"
+"""The reranker head's output bias shifts every candidate logit and the STOP logit (anchored on them) alike: the
+policy ignores it and its true gradient is zero, so Adam turns the rounding noise of a gradient summed over two
+ranks instead of one into steps of about the learning rate either way. Not compared across summation orders."""
+CHECKPOINT_AFTER = 2
+
+
+@dataclass
+class Run:
+    """What one learner did on the shared batches: its updates, the checkpoint after step 2, and its export."""
+
+    learner: Learner
+    updates: list[LearnerUpdate]
+    out: Path
+    """Holds `checkpoint/` and `export/`."""
+
+
+def drive(learner: Learner, batches: Iterable[list[Node]], out: Path, first_step: int = 1) -> list[LearnerUpdate]:
+    """One update per batch; a checkpoint into out/checkpoint after step CHECKPOINT_AFTER; export at the end."""
+    updates = []
+    for step, roots in enumerate(batches, start=first_step):
+        pending = learner.start_update(roots)
+        updates.append(pending.result())
+        assert pending.done()
+        if step == CHECKPOINT_AFTER:
+            learner.save(out / "checkpoint")
+    learner.export(out / "export")
+    return updates
+
+
+def assert_same_steps(actual: list[LearnerUpdate], expected: list[LearnerUpdate]) -> None:
+    assert len(actual) == len(expected)
+    for a, b in zip(actual, expected):
+        assert a.version == a.weights.version == b.version
+        assert a.losses.keys() == b.losses.keys()
+        for component, record in b.losses.items():
+            assert a.losses[component].keys() == record.keys(), component
+            assert a.losses[component]["examples"] == record["examples"], component
+            for key, value in record.items():
+                assert a.losses[component][key] == pytest.approx(value, abs=1e-5), (a.version, component, key)
+
+
+def assert_same_weights(actual: Weights, expected: Weights) -> None:
+    assert actual.version == expected.version
+    for component in COMPONENTS:
+        got, want = ray.get(getattr(actual, component)), ray.get(getattr(expected, component))
+        assert got.keys() == want.keys()
+        for name, tensor in want.items():
+            torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=1e-4, msg=f"{component}/{name}")
+
+
+@pytest.fixture(scope="module")
+def cfg(synth_dir, tiny_index, zoo_dir, tmp_path_factory) -> Config:
+    return tiny_config(synth_dir, tiny_index, zoo_dir, str(tmp_path_factory.mktemp("learner")))
+
+
+@pytest.fixture(scope="module")
+def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
+    """The in-process learner trained on its own rollouts; returns the run and the scored batches."""
+    learner = LocalLearner.from_config(cfg)
+    pipeline = dataclasses.replace(LocalPipeline.from_config(cfg), translator=learner.translator,
+                                   reranker=learner.reranker)
+    questions = load_questions(cfg.data.dir, "train")
+    shuffle_rng, batches, draws = random.Random(cfg.train.seed), [], iter(range(MAX_DRAWS))
+
+    def draw() -> list[Node]:
+        """QUESTIONS_PER_STEP scored trees drawn under the weights the learner has just reached."""
+        number = next(draws, None)
+        if number is None:
+            pytest.fail(f"{MAX_DRAWS} rollouts did not give the batches SIGNAL_ROOTS_BY_STEP asks for")
+        torch.manual_seed(number)
+        first = number * QUESTIONS_PER_STEP % (len(questions) - QUESTIONS_PER_STEP)
+        roots = rollout_batch(pipeline, questions[first:first + QUESTIONS_PER_STEP], cfg.translator.num_samples,
+                              cfg.reranker.num_samples, learner.version)
+        score_trees(roots, cfg, shuffle_rng)
+        return roots
+
+    def rollouts():
+        """Each step's batch, from fresh draws (most trees of the tiny random models carry no signal)."""
+        for wanted in SIGNAL_ROOTS_BY_STEP:
+            # Trees with both components' signal (True) and with none (False); one component's alone is not kept.
+            kinds, padding = {True: [], False: []}, max(0, QUESTIONS_PER_STEP - wanted)
+            while len(kinds[True]) < wanted or len(kinds[False]) < padding:
+                for root in draw():
+                    signal = {bool(example_count(name, [root], cfg.train)) for name in COMPONENTS}
+                    if len(signal) == 1:
+                        kinds[signal.pop()].append(root)
+            batches.append(kinds[True][:wanted] + kinds[False][:padding])
+            yield batches[-1]
+
+    out = tmp_path_factory.mktemp("local")
+    updates = drive(learner, rollouts(), out)
+    return Run(learner, updates, out), batches
+
+
+@pytest.fixture(scope="module")
+def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
+    group = LearnerGroup(cfg)
+    try:
+        out = tmp_path_factory.mktemp("zero0")
+        yield Run(group, drive(group, local_run[1], out), out)
+    finally:
+        group.shutdown()
+
+
+@pytest.fixture(scope="module")
+def zero3_run(ray_session, cfg, local_run, tmp_path_factory):
+    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3)
+    group = LearnerGroup(dataclasses.replace(cfg, learner=learner))
+    try:
+        out = tmp_path_factory.mktemp("zero3")
+        yield Run(group, drive(group, local_run[1], out), out)
+    finally:
+        group.shutdown()
+
+
+def test_in_process_learner_restored_from_its_checkpoint_continues_as_if_uninterrupted(cfg, local_run):
+    run, batches = local_run
+    resumed = LocalLearner.from_config(cfg)
+    resumed.load(run.out / "checkpoint")
+    assert resumed.version == CHECKPOINT_AFTER
+    out = run.out / "resumed"
+    assert_same_steps(drive(resumed, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(run.out))
+
+
+def test_one_zero0_rank_takes_the_in_process_learners_steps(local_run, zero0_run):
+    run, _ = local_run
+    assert_same_steps(zero0_run.updates, run.updates)
+    assert_same_exported_weights(str(zero0_run.out), str(run.out))
+
+
+def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run):
+    """Each rank trains on its slice with its loss weighted by its share of the examples, so two ZeRO-3 ranks
+    (weights, gradients and optimiser state partitioned between them) end where one unpartitioned rank does."""
+    # Both components must have learned on more than Adam's first step, whose size ignores the gradient's.
+    for component in COMPONENTS:
+        assert sum(u.losses[component]["examples"] > 0 for u in zero0_run.updates) >= 2, component
+    assert_same_steps(zero3_run.updates, zero0_run.updates)
+    partitioned, single = exported_weights(str(zero3_run.out)), exported_weights(str(zero0_run.out))
+    partitioned.pop(SHIFT_GAUGE), single.pop(SHIFT_GAUGE)
+    torch.testing.assert_close(partitioned, single, atol=1e-5, rtol=1e-4)
+
+
+def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):
+    group, out = zero0_run.learner, zero0_run.out / "reloaded"
+    group.load(zero0_run.out / "checkpoint")
+    assert group.version == CHECKPOINT_AFTER
+    assert_same_weights(group.weights(), zero0_run.updates[CHECKPOINT_AFTER - 1].weights)
+    assert_same_steps(drive(group, local_run[1][CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      zero0_run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(zero0_run.out))
+
+
+def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_from_the_checkpoint(local_run,
+                                                                                                zero3_run):
+    group, batches, out = zero3_run.learner, local_run[1], zero3_run.out / "restarted"
+    pid = group.pids()[1]  # asked first: a rank answers calls in order, so after the update it would be too late
+    pending = group.start_update(batches[0])
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(LearnerRankError, match="learner rank 1 died during update") as failure:
+        pending.result()
+    assert failure.value.rank == 1
+    group.restart(zero3_run.out / "checkpoint")
+    assert group.version == CHECKPOINT_AFTER
+    assert_same_weights(group.weights(), zero3_run.updates[CHECKPOINT_AFTER - 1].weights)
+    assert_same_steps(drive(group, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
+                      zero3_run.updates[CHECKPOINT_AFTER:])
+    assert_same_exported_weights(str(out), str(zero3_run.out))
+
+
+def test_a_group_the_cluster_cannot_hold_fails_before_placing_a_rank(ray_session, cfg):
+    learner = dataclasses.replace(cfg.learner, num_cpus_per_worker=1000.0)
+    with pytest.raises(PlanDoesNotFit, match="learner_workers: needs 1 x 1000 CPU"):
+        LearnerGroup(dataclasses.replace(cfg, learner=learner))
+
+
+def test_a_rank_that_cannot_load_its_model_fails_the_start_naming_itself(ray_session, cfg):
+    translator = dataclasses.replace(cfg.translator, model="zoo:no-such-model")
+    with pytest.raises(LearnerRankError, match="learner rank 0 failed during start-up: ZooError: zoo:no-such-model"):
+        LearnerGroup(dataclasses.replace(cfg, translator=translator))
+
+
+def test_a_rank_no_node_has_room_for_fails_the_start_after_the_startup_timeout(ray_session, cfg):
+    holder = ray.util.placement_group([{"CPU": 1}])  # the whole cluster fits one rank, but not while this holds
+    ray.get(holder.ready())
+    try:
+        learner = dataclasses.replace(cfg.learner, num_cpus_per_worker=ray.cluster_resources()["CPU"],
+                                      startup_timeout_s=2.0)
+        with pytest.raises(LearnerRankError, match="learner rank 0 did not finish placement within 2 s"):
+            LearnerGroup(dataclasses.replace(cfg, learner=learner))
+    finally:
+        ray.util.remove_placement_group(holder)

@@ -1,0 +1,28 @@
+"""Benchmark reporting: RESULTS.md, read on other machines, names no path of the one measured on."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from benchmarks import results
+from benchmarks.results import MachineSpecificPath, machine_specific_paths, portable, publish
+
+
+def test_results_md_names_no_machine_specific_path():
+    text = results.RESULTS.read_text()
+    assert machine_specific_paths(text) == []
+    assert portable(text) == text
+
+
+def test_publish_writes_portable_paths_and_refuses_other_machine_paths(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(results, "RESULTS", log)
+    scratch = Path(tempfile.gettempdir()).resolve() / "bench"
+    publish(f"Config data.dir={scratch}/data plot={results.REPOSITORY}/benchmarks/learning.png")
+    assert log.read_text() == "Config data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
+    with pytest.raises(MachineSpecificPath, match=r"/work/exp/data"):
+        publish("Config data.dir=/work/exp/data, served at POST /v1/answer")
+    assert "/work/exp/data" in capsys.readouterr().out
+    assert log.read_text() == "Config data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
+    assert machine_specific_paths("GPU preset reads /data/infoseek; route /v1/answer") == []
