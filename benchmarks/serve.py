@@ -41,10 +41,16 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import ray
 import torch
+from ray import serve
 
+from actors.serving.app import http_options, pipeline_app
 from benchmarks.results import markdown_table, publish
 from mmrag.config import Config, load_config
+from mmrag.data.dataset import encode_image, load_questions
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.rollout_batch import greedy_batch
 from pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
@@ -78,8 +84,6 @@ class Outcome:
 
 
 def request_bodies(cfg: Config, count: int) -> tuple[list, list[dict]]:
-    from mmrag.data.dataset import encode_image, load_questions
-
     questions = load_questions(cfg.data.dir, "test")
     questions = [questions[i % len(questions)] for i in range(count)]
     return questions, [{"image": base64.b64encode(encode_image(q.image)).decode(), "question": q.question}
@@ -102,8 +106,6 @@ def sequential(pipeline, questions, bodies: list[dict], cfg: Config) -> dict:
     The client is the standard library's, on one kept-alive connection, with each body encoded
     once: what is timed is the server, not a client library's own work.
     """
-    from mmrag.training.rollout_batch import greedy_batch
-
     connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=60)
     payloads = [json.dumps(body).encode() for body in bodies]
     for payload in payloads[:3]:  # warm-up: connection, first batches, lazy initialisation
@@ -181,10 +183,6 @@ def overload_summary(outcomes: list[Outcome], wall_s: float) -> dict:
 
 
 def deploy(cfg: Config, checkpoint: str) -> None:
-    from ray import serve
-
-    from actors.serving.app import pipeline_app
-
     if APP in serve.status().applications:
         serve.delete(APP)
     serve.run(pipeline_app(cfg, checkpoint), name=APP, route_prefix="/")
@@ -250,12 +248,6 @@ def main() -> None:
     args = parser.parse_args()
     cfg = config_from_args(args)
     torch.set_num_threads(1)  # as in each replica, where Ray sets OMP_NUM_THREADS from its CPUs
-
-    import ray
-    from ray import serve
-
-    from actors.serving.app import http_options
-    from mmrag.training.pipeline import LocalPipeline
 
     pipeline = LocalPipeline.from_config(cfg, checkpoint=args.checkpoint)
     questions, bodies = request_bodies(cfg, args.questions)

@@ -19,6 +19,11 @@ import os
 import signal
 import sys
 
+import ray
+from ray import serve
+
+from actors.serving.app import http_options, pipeline_app
+from cluster.connect import connect
 from pipelines.options import add_config_options, config_from_args, run_main
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -37,13 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    # Ray and the deployments' modules load only once the arguments are known to be good.
-    import ray
-    from ray import serve
-
-    from actors.serving.app import http_options, pipeline_app
-    from cluster.connect import connect
-
     try:
         app = pipeline_app(cfg, args.checkpoint)
     except (FileNotFoundError, ValueError) as exc:

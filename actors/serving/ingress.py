@@ -31,6 +31,7 @@ from mmrag.serving.openapi import openapi_with_request_models, request_body_open
 from mmrag.serving.request import RequestError, RequestLimits
 from mmrag.serving.response import answer_reply
 from mmrag.serving.schema import AnswerReply, ErrorReply, Health
+from mmrag.serving.stages import GreedyStages
 from mmrag.serving.state import StageState
 
 api = FastAPI(title="mmrag", version="1",
@@ -64,9 +65,6 @@ class AnswerIngress:
         serving = cfg.serving
         calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
         if serving.first_group_in_ingress:
-            # torch and the group's models load in this replica only with this option.
-            from mmrag.serving.stages import GreedyStages
-
             self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], prepare_replica(cfg))
             configure_batching(self.run_first_group, serving)
             calls[0] = StageCall(groups[0], local=self.run_first_group)

@@ -14,13 +14,12 @@ from actors.serving import configure_batching
 from mmrag.config import Config
 from mmrag.retrieval.manifest import ShardEntry
 from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.shard import ShardSearcher
 
 
 @serve.deployment
 class RetrievalShardDeployment:
     def __init__(self, cfg: Config, entry: ShardEntry):
-        from mmrag.retrieval.shard import ShardSearcher  # faiss loads in the replica only, as the models do
-
         self.searcher = ShardSearcher(cfg.index.dir, entry, cfg.index)
         configure_batching(self.search, cfg.serving)
 

@@ -17,16 +17,13 @@ from ray import serve
 from actors.serving import configure_batching, prepare_replica
 from actors.serving.stage_path import resolved_image
 from mmrag.config import Config
+from mmrag.serving.stages import GreedyStages
 from mmrag.serving.state import StageState
 
 
 @serve.deployment
 class StageGroupDeployment:
     def __init__(self, cfg: Config, checkpoint: str, stages: list[str]):
-        # torch and the model code load in the replica only: the driver that binds the
-        # application (`mmrag serve`) starts and stops faster without them.
-        from mmrag.serving.stages import GreedyStages
-
         self.group = GreedyStages.from_config(cfg, checkpoint, stages, prepare_replica(cfg))
         configure_batching(self.run, cfg.serving)
 
@@ -36,7 +33,7 @@ class StageGroupDeployment:
         return await run_group(self.group, states)
 
 
-async def run_group(group, states: list[StageState]) -> list[StageState]:
+async def run_group(group: GreedyStages, states: list[StageState]) -> list[StageState]:
     """`GreedyStages.run` on a batch, the images that came by reference fetched first."""
     images = await asyncio.gather(*(resolved_image(state.image) for state in states))
     return group.run(states, list(images))

@@ -19,7 +19,15 @@ import torch
 from PIL import Image
 
 from mmrag.config import Config
+from mmrag.models.clip_encoder import ClipEncoder
+from mmrag.models.generator import build_generator
+from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.translator import QueryTranslator
+from mmrag.retrieval.manifest import Manifest
+from mmrag.retrieval.merge import LocalRetriever
 from mmrag.serving.state import STAGES, StageState, without_spent_inputs
+from mmrag.training.export import load_reranker_weights, with_exported_translator
+from mmrag.training.pipeline import candidates_of
 
 class GreedyStages:
     """The components of some consecutive stages, loaded in this process, run greedily on batches of states."""
@@ -67,8 +75,6 @@ class GreedyStages:
 
     @staticmethod
     def _rerank(reranker, states: list[StageState], images: list[Image.Image]) -> None:
-        from mmrag.training.pipeline import candidates_of  # imports transformers: only replicas that rerank need it
-
         hits = [s.hits for s in states]
         batch = reranker.featurize(images, [s.question for s in states], [s.query for s in states],
                                    candidates_of(hits))
@@ -85,32 +91,17 @@ class GreedyStages:
 
 
 def _load(stage: str, cfg: Config, checkpoint: str, device: str) -> Any:
-    # Model code (transformers, open_clip, faiss) is imported here, per stage, so a replica
-    # imports only what its stages use.
     cache = cfg.zoo.cache_dir
     if stage == "translate":
-        from mmrag.models.translator import QueryTranslator
-        from mmrag.training.export import with_exported_translator
-
         return QueryTranslator.from_config(with_exported_translator(cfg, checkpoint).translator, cache, device)
     if stage == "encode":
-        from mmrag.models.clip_encoder import ClipEncoder
-        from mmrag.retrieval.manifest import Manifest
-
         encoder = ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size)
         Manifest.read(cfg.index.dir).check_encoder(encoder.identity, encoder.dim)
         return encoder
     if stage == "retrieve":
-        from mmrag.retrieval.merge import LocalRetriever
-
         return LocalRetriever(cfg.index.dir, cfg.index)
     if stage == "rerank":
-        from mmrag.models.reranker import AdaptiveReranker
-        from mmrag.training.export import load_reranker_weights
-
         reranker = AdaptiveReranker.from_config(cfg.reranker, cache, device).eval()
         load_reranker_weights(reranker, checkpoint)
         return reranker
-    from mmrag.models.generator import build_generator
-
     return build_generator(cfg.generator, cache, device)
