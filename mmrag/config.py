@@ -227,6 +227,10 @@ class TrainConfig:
     """Control experiment: permute rewards across the batch before backprop."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous."""
+    off_policy_correction: bool = True
+    """Weight reranker examples drawn by an older policy version by their importance ratio min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
+    importance_ratio_cap: float = 2.0
+    """Truncation constant of the off-policy importance weight (>= 1; on-policy examples always weigh 1)."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25

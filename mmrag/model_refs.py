@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ZOO_PREFIX = "zoo:"
-ZOO_FORMAT_VERSION = 1
+ZOO_FORMAT_VERSION = 2
 """Bumped when a builder's output changes; older builds are rebuilt on next use."""
 MANIFEST_FILE = "zoo.json"
 

@@ -1,4 +1,5 @@
-"""Local losses: preference pairs, DPO values, the Plackett-Luce policy loss and its gradient direction."""
+"""Local losses: preference pairs (of distinct outputs), DPO values, the Plackett-Luce policy loss, its gradient
+direction, and truncated importance weights for off-policy examples."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from mmrag.rl.losses import (
     dpo_loss,
     pairwise_preference_loss,
     pl_policy_loss,
+    preference_stats,
     reference_free_dpo_loss,
     reranker_policy_examples,
     reranker_preference_pairs,
     translator_preference_pairs,
+    truncated_importance_weights,
 )
 from mmrag.rl.plackett_luce import selection_logprob, selection_logprobs
 from mmrag.rl.rollout import Node, backprop_values, compute_advantages
@@ -50,13 +53,23 @@ def test_max_pairs_keeps_largest_gaps_with_deterministic_ties():
     assert translator_preference_pairs(root, 0.0, 0) == []
 
 
-def test_identical_queries_and_equal_values_never_pair():
+def test_identical_queries_pair_once_by_their_mean_value():
     root = question({"x": 1.0})
     root.add(Node("translator", output="x", value=0.0))
     root.add(Node("translator", output="y", value=1.0))
-    # Only the two different texts with different values pair: (x@1.0 vs y@1.0) tie, x==x skipped.
+    # x is one query worth (1 + 0) / 2 = 0.5 against y at 1.0; it never pairs with itself.
     assert outputs(translator_preference_pairs(root, 0.0, 4)) == [("y", "x")]
     assert translator_preference_pairs(question({"a": 0.5, "b": 0.5}), 0.0, 4) == []
+
+
+def test_siblings_drawing_one_query_twice_never_give_contradictory_pairs():
+    # A=1.0, A=0.0, B=0.5: A averages 0.5, ties B, so neither A>B nor B>A; both beat C=0.
+    root = question({"A": 1.0})
+    for query, value in [("A", 0.0), ("B", 0.5), ("C", 0.0)]:
+        root.add(Node("translator", output=query, value=value))
+    assert outputs(translator_preference_pairs(root, 0.0, 4)) == [("A", "C"), ("B", "C")]
+    # The contradictory pairs would also have used up max_pairs: one pair left must be a real one.
+    assert outputs(translator_preference_pairs(root, 0.0, 1)) == [("A", "C")]
 
 
 def test_reranker_pairs_among_one_querys_selections():
@@ -181,3 +194,49 @@ def test_example_count_is_what_each_loss_averages_over(reranker_loss, reranker_e
     assert example_count("reranker", [root, root], cfg) == 2 * reranker_examples
     with pytest.raises(ValueError, match="'generator'"):
         example_count("generator", [root], cfg)
+
+
+def test_importance_weights_are_exactly_one_on_policy_and_truncated_at_the_cap():
+    weights, ratios = truncated_importance_weights(torch.zeros(3), cap=2.0)
+    assert torch.equal(weights, torch.ones(3)) and torch.equal(ratios, torch.ones(3))
+    weights, ratios = truncated_importance_weights(torch.tensor([math.log(3.0), math.log(0.5)]), cap=2.0)
+    assert weights.tolist() == pytest.approx([2.0, 0.5]) and ratios.tolist() == pytest.approx([3.0, 0.5])
+    with pytest.raises(ValueError, match="train.importance_ratio_cap"):
+        truncated_importance_weights(torch.zeros(1), cap=0.5)
+
+
+def test_on_policy_weights_leave_the_policy_loss_and_its_gradient_unchanged():
+    logits = torch.tensor([[0.3, -0.2, 0.1], [1.0, 0.5, -1.0]], requires_grad=True)
+    logprobs = selection_logprobs(logits, [(0,), (1, 0)], 2)
+    advantages = torch.tensor([0.5, -0.5])
+    # log pi_now - log pi_behaviour on-policy: the recomputed log-prob against itself.
+    weights, _ = truncated_importance_weights(logprobs - logprobs.detach(), cap=2.0)
+    plain = torch.autograd.grad(pl_policy_loss(logprobs, advantages), logits, retain_graph=True)[0]
+    weighted_loss = pl_policy_loss(logprobs, advantages, weights)
+    assert torch.equal(weighted_loss, pl_policy_loss(logprobs, advantages))
+    assert torch.equal(torch.autograd.grad(weighted_loss, logits)[0], plain)
+
+
+def test_stale_selection_gradient_is_scaled_by_its_truncated_ratio():
+    # Three items, all logits 0 (candidates 0, 1 and STOP), max_docs 1: P((0,)) = 1/3 and
+    # d log P((0,)) / d logits = onehot(0) - softmax = [2/3, -1/3, -1/3].
+    logits = torch.zeros(3, requires_grad=True)
+    logprob = selection_logprob(logits, (0,), 1).unsqueeze(0)
+    advantage = torch.tensor([0.5])
+    # Drawn by an older policy under which P((0,)) was 1/6: ratio (1/3) / (1/6) = 2.
+    log_ratio = logprob.detach() - math.log(1 / 6)
+    for cap, weight in [(4.0, 2.0), (1.5, 1.5)]:
+        weights, ratios = truncated_importance_weights(log_ratio, cap)
+        assert ratios.item() == pytest.approx(2.0) and weights.item() == pytest.approx(weight)
+        (grad,) = torch.autograd.grad(pl_policy_loss(logprob, advantage, weights), logits, retain_graph=True)
+        # -w * A * [2/3, -1/3, -1/3]: the uncorrected -A * [...] scaled by w.
+        assert grad.tolist() == pytest.approx([-weight * 0.5 * 2 / 3, weight * 0.5 / 3, weight * 0.5 / 3], abs=1e-6)
+
+
+def test_weighted_pairwise_loss_and_preference_stats_by_hand():
+    chosen, rejected = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])
+    # beta 0.5: z = 1 and -0.5 -> losses log(1 + e^-1) = 0.313262 and log(1 + e^0.5) = 0.974077.
+    loss = pairwise_preference_loss(chosen, rejected, 0.5, weights=torch.tensor([2.0, 0.5]))
+    assert loss.item() == pytest.approx((2.0 * 0.313262 + 0.5 * 0.974077) / 2, abs=1e-6)
+    # Margins beta * (c - r) = 1 and -0.5: mean 0.25, one pair in two ranked right.
+    assert preference_stats(chosen, rejected, 0.5) == pytest.approx({"reward_margin": 0.25, "pair_accuracy": 0.5})

@@ -1,6 +1,7 @@
 """LVLM plumbing and the query translator on zoo:tiny-lvlm (random weights): log-prob
-consistency between sampling and recomputation, greedy determinism, LoRA / full-model
-references, weight sync, export round trip, and the Ray replica."""
+consistency between sampling and recomputation (a forced end of turn scoring nothing),
+greedy determinism, LoRA / full-model references (also when continuing from an export),
+weight sync, export round trip, and the Ray replica."""
 
 from __future__ import annotations
 
@@ -42,9 +43,11 @@ def full_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
     return QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir)
 
 
-@pytest.fixture(scope="module")
-def lora_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
-    return QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+def moved_state(translator: QueryTranslator, seed: int, scale: float = 0.3) -> dict[str, torch.Tensor]:
+    """The translator's trainable weights, each moved by seeded noise (LoRA's zero B matrices included)."""
+    generator = torch.Generator().manual_seed(seed)
+    return {name: tensor + scale * torch.randn(tensor.shape, generator=generator)
+            for name, tensor in translator.trainable_state_dict().items()}
 
 
 def one_policy_step(translator: QueryTranslator, images, queries: list[str]) -> None:
@@ -66,16 +69,43 @@ def test_sampled_token_logprobs_equal_recomputation(full_translator, images, tem
     assert all(ids[-1] == lvlm.end_of_turn_id(full_translator.processor) for ids in sampled.token_ids)
     with torch.no_grad():
         recomputed = lvlm.sequence_logprobs(
-            full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, temperature
+            full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, temperature, 8
         )
     assert torch.allclose(sampled.logprobs, recomputed, atol=1e-4), (sampled.logprobs, recomputed)
     # Sampling-time log-probs really are temperature-scaled: at T=1 they differ.
     if temperature != 1.0:
         with torch.no_grad():
             at_one = lvlm.sequence_logprobs(
-                full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, 1.0
+                full_translator.model, full_translator.processor, images, prompts, sampled.token_ids, 1.0, 8
             )
         assert (at_one - recomputed).abs().min() > 1e-2
+
+
+def test_a_query_cut_at_max_new_tokens_scores_without_its_forced_end_of_turn(full_translator, images):
+    """The end of turn forced at the last step has probability 1 under the sampling process."""
+    model, processor = full_translator.model, full_translator.processor
+    prompts = full_translator.prompts(QUESTIONS) * 3
+    torch.manual_seed(5)
+    sampled = lvlm.generate_token_ids(model, processor, images * 3, prompts, 3, True)
+    cut = [len(ids) == 3 for ids in sampled.token_ids]
+    assert any(cut), "the random tiny model should run into max_new_tokens = 3"
+    with torch.no_grad():
+        # Scored independently, token by token as given: a cut query without its forced last token.
+        scored = [ids[:-1] if was_cut else ids for ids, was_cut in zip(sampled.token_ids, cut)]
+        expected = lvlm.sequence_logprobs(model, processor, images * 3, prompts, scored)
+        with_eos = lvlm.sequence_logprobs(model, processor, images * 3, prompts, sampled.token_ids)
+    assert torch.allclose(sampled.logprobs, expected, atol=1e-4), (sampled.logprobs, expected)
+    assert all((with_eos[i] - expected[i]).abs() > 1e-3 for i in range(len(cut)) if cut[i])
+    # The translator scores its sampled queries the same way, for DPO and its reference alike.
+    translator = QueryTranslator(model, processor, dataclasses.replace(full_translator.cfg, max_new_tokens=3))
+    samples = translator.sample(images, QUESTIONS, n=3)
+    queries = [s.text for row in samples for s in row]
+    flat_images, flat_questions = [i for i in images for _ in range(3)], [q for q in QUESTIONS for _ in range(3)]
+    with torch.no_grad():
+        recomputed = translator.logprobs(flat_images, flat_questions, queries)
+    reference = translator.reference_logprobs(flat_images, flat_questions, queries)
+    reported = torch.tensor([s.logprob for row in samples for s in row])
+    assert torch.allclose(reported, recomputed, atol=1e-4) and torch.allclose(reference, recomputed, atol=1e-5)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -147,18 +177,39 @@ def test_full_model_reference_copy_is_frozen(tiny_lvlm_path, zoo_dir, images):
     assert torch.equal(translator.reference_logprobs(images, QUESTIONS, queries), reference)
 
 
-def test_trainable_state_dict_syncs_a_replica(lora_translator, tiny_lvlm_path, zoo_dir, images):
+def test_trainable_state_dict_syncs_a_replica(tiny_lvlm_path, zoo_dir, images):
+    trained = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
     replica = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
     queries = ["green cross", "white hexagon on pink"]
-    state = {name: tensor + 0.05 for name, tensor in lora_translator.trainable_state_dict().items()}
-    lora_translator.load_trainable_state_dict(state)
-    replica.load_trainable_state_dict(lora_translator.trainable_state_dict())
+    state = moved_state(trained, seed=0, scale=0.05)
+    trained.load_trainable_state_dict(state)
     with torch.no_grad():
-        assert torch.equal(
-            replica.logprobs(images, QUESTIONS, queries), lora_translator.logprobs(images, QUESTIONS, queries)
-        )
+        before = replica.logprobs(images, QUESTIONS, queries)
+        replica.load_trainable_state_dict(trained.trainable_state_dict())
+        after = replica.logprobs(images, QUESTIONS, queries)
+        assert torch.equal(after, trained.logprobs(images, QUESTIONS, queries))
+    assert (after - before).abs().max() > 1e-3  # the weights it took were not the ones it had
     with pytest.raises(KeyError, match="missing keys"):
         replica.load_trainable_state_dict(dict(list(state.items())[1:]))
+
+
+@pytest.mark.parametrize("continue_with_lora", [True, False])
+def test_continuing_from_a_lora_export_keeps_that_export_as_the_dpo_reference(
+    tiny_lvlm_path, zoo_dir, images, tmp_path, continue_with_lora
+):
+    trained = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    trained.load_trainable_state_dict(moved_state(trained, seed=1))
+    export_dir = trained.export(str(tmp_path / "export"))
+    continued = QueryTranslator.from_config(make_config(export_dir, lora=continue_with_lora), zoo_dir)
+    queries = ["red striped circle", "blue square on navy"]
+    with torch.no_grad():
+        start = continued.logprobs(images, QUESTIONS, queries)
+        bare_base = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir).logprobs(images, QUESTIONS, queries)
+    assert (start - bare_base).abs().max() > 1e-2  # the export is not the bare base model
+    reference = continued.reference_logprobs(images, QUESTIONS, queries)
+    assert torch.allclose(reference, start, atol=1e-4)
+    one_policy_step(continued, images, queries)
+    assert torch.equal(continued.reference_logprobs(images, QUESTIONS, queries), reference)
 
 
 @pytest.mark.parametrize("lora", [False, True])
@@ -182,13 +233,20 @@ def test_prompt_template_without_question_is_rejected(tiny_lvlm_path, zoo_dir):
         QueryTranslator.from_config(cfg, zoo_dir)
 
 
-def test_translator_actor_samples_and_syncs_weights(ray_session, tiny_lvlm_path, zoo_dir, images, lora_translator):
+def test_translator_actor_samples_and_syncs_weights(ray_session, tiny_lvlm_path, zoo_dir, images):
     from actors.translator import TranslatorActor
 
     actor = TranslatorActor.remote(make_config(tiny_lvlm_path, lora=True), zoo_dir, seed=3)
     drawn = ray_session.get(actor.sample.remote(images, QUESTIONS, n=2))
     assert drawn.policy_version == 0
     assert [len(row) for row in drawn.queries] == [2, 2]
-    ray_session.get(actor.set_weights.remote(7, lora_translator.trainable_state_dict()))
+    trained = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    untrained_queries = trained.greedy(images, QUESTIONS)
+    trained.load_trainable_state_dict(moved_state(trained, seed=2))
+    trained_queries = trained.greedy(images, QUESTIONS)
+    assert trained_queries != untrained_queries  # else installing the weights could go unnoticed
+    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == untrained_queries
+    ray_session.get(actor.set_weights.remote(7, trained.trainable_state_dict()))
     assert ray_session.get(actor.version.remote()) == 7
-    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == lora_translator.greedy(images, QUESTIONS)
+    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == trained_queries
+    ray_session.kill(actor)

@@ -11,7 +11,9 @@ The two agree by construction: a response's log-prob is always the sum, over its
 tokens and the closing end-of-turn token, of log softmax(logits / temperature); the
 tokens are the response text's own (canonical) tokenization. Generation forces the
 end-of-turn token at the last step, so a response cut by `max_new_tokens` is still a
-complete turn that recomputation scores identically.
+complete turn. That forced token has probability 1 under the sampling process, whatever
+the model says: it contributes nothing, in sampling and in recomputation alike (pass
+`max_new_tokens` to `sequence_logprobs` to score a response as the sampler drew it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, BatchFeature, GenerationConfig
+
+from mmrag.model_refs import resolve
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -37,8 +41,6 @@ class SampledTokens:
 
 def load_lvlm(ref: str, cache_dir: str, dtype: str = "float32", device: str = "cpu"):
     """(model, processor) for `ref` (`zoo:NAME`, a local path or an HF id), in eval mode, left padding."""
-    from mmrag.zoo import resolve
-
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype {dtype!r}: expected one of {sorted(TORCH_DTYPES)}")
     path = resolve(ref, cache_dir)
@@ -153,13 +155,17 @@ def sequence_logprobs(
     prompts: list[str],
     responses: list[str] | list[list[int]],
     temperature: float = 1.0,
+    max_new_tokens: int | None = None,
 ) -> torch.Tensor:
     """Summed log-prob of each response given (image, prompt); differentiable.
 
     A text response is scored with its end-of-turn token, a token-id list as given
     (e.g. ids from `generate_token_ids`, or the first tokens of a reply).
 
-    Log-probs are under softmax(logits / temperature), the distribution `generate` samples from.
+    Log-probs are under softmax(logits / temperature), the distribution `generate` samples
+    from. With `max_new_tokens`, under `generate`'s sampling process exactly: a response whose
+    end of turn falls at or beyond that many tokens was cut there, its end of turn forced
+    (probability 1), so that token adds nothing.
     """
     if not prompts:
         return torch.zeros(0, device=model.device)
@@ -173,7 +179,14 @@ def sequence_logprobs(
     logits = outputs.logits[:, :-1].float() / temperature
     targets = inputs["input_ids"][:, -width:]
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return (token_logprobs * response_mask[:, -width:].to(token_logprobs.device)).sum(dim=-1)
+    scored = response_mask[:, -width:].clone()
+    if max_new_tokens is not None:
+        # Each response fills the first `length` columns of the block; its last token is at length - 1.
+        lengths = scored.sum(dim=1)
+        last = targets.gather(1, (lengths - 1).unsqueeze(1)).squeeze(1)
+        forced = (lengths >= max_new_tokens) & (last == end_of_turn_id(processor))
+        scored[forced, lengths[forced] - 1] = 0
+    return (token_logprobs * scored.to(token_logprobs.device)).sum(dim=-1)
 
 
 def _generation_config(processor, model, max_new_tokens: int, do_sample: bool, temperature: float) -> GenerationConfig:
@@ -217,13 +230,16 @@ def generate_token_ids(
     with torch.no_grad():
         outputs = model.generate(**inputs, generation_config=config)
     new_tokens = outputs.sequences[:, inputs["input_ids"].shape[1] :]
-    # Raw logits, not the processed scores: the forced final end-of-turn token must be
-    # scored by the model, as `sequence_logprobs` scores it.
+    # Raw logits, not the processed scores: the model's own distribution at `temperature`,
+    # which `sequence_logprobs` recomputes (the forced end of turn is dropped below, as there).
     logits = torch.stack(outputs.logits, dim=1).float() / temperature
     token_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
     is_stop = torch.isin(new_tokens, torch.tensor(config.eos_token_id, device=new_tokens.device))
     lengths = is_stop.int().argmax(dim=1) + 1
     keep = torch.arange(new_tokens.shape[1], device=new_tokens.device)[None, :] < lengths[:, None]
+    # A row that reached max_new_tokens ends with the forced end of turn: probability 1, no term.
+    truncated = lengths == max_new_tokens
+    keep[truncated, lengths[truncated] - 1] = False
     token_ids = [row[:length].tolist() for row, length in zip(new_tokens, lengths.tolist())]
     return SampledTokens(token_ids=token_ids, logprobs=(token_logprobs * keep).sum(dim=1).cpu())
 
@@ -260,5 +276,6 @@ def generate(
                 [prompts[i] for i in rescore],
                 [texts[i] for i in rescore],
                 temperature,
+                max_new_tokens,
             ).cpu()
     return texts, logprobs

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -35,15 +35,21 @@ from PIL import Image
 from torch import nn
 
 from mmrag.config import RerankerConfig
+from mmrag.data.dataset import decode_image
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.reranker_head import StopScorer, build_scoring_head
 from mmrag.rl.plackett_luce import Selection, greedy_selection, sample_selections, selection_logprobs
 
-if TYPE_CHECKING:
-    from mmrag.retrieval.merge import Hit
-
 TEXT_TOWER_MLP = r"(text\.)?transformer\.resblocks\.\d+\.mlp\.(c_fc|c_proj)"
 """PEFT target: the MLP linears of the open_clip text tower (`visual.*` never matches)."""
+
+
+class RetrievedDocument(Protocol):
+    """What the reranker reads of a retrieval hit (`mmrag.retrieval` hits have these fields)."""
+
+    text: str
+    score: float
+    image: bytes | None
 
 
 @dataclass
@@ -58,10 +64,8 @@ class Candidate:
     """The document's image, if it has one."""
 
     @classmethod
-    def from_hit(cls, hit: Hit) -> Candidate:
-        """From a retrieval `mmrag.retrieval.merge.Hit` (its image bytes decoded)."""
-        from mmrag.data.dataset import decode_image
-
+    def from_hit(cls, hit: RetrievedDocument) -> Candidate:
+        """From a retrieval hit (its image bytes decoded)."""
         return cls(hit.text, hit.score, None if hit.image is None else decode_image(hit.image))
 
 
@@ -252,7 +256,7 @@ class AdaptiveReranker(nn.Module):
 
 def _add_text_tower_lora(backbone: nn.Module, cfg: RerankerConfig) -> None:
     """Inject PEFT LoRA adapters into the text tower's MLP; only they become trainable."""
-    import peft
+    import peft  # seconds to import, and only a LoRA backbone needs it
 
     lora = peft.LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=TEXT_TOWER_MLP)
     try:

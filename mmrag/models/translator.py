@@ -3,13 +3,16 @@
 First stage of the rollout: the driver samples N queries per question here (with
 their log-probs), the retriever searches each, and the DPO learner later compares
 siblings through `logprobs` (policy, differentiable) and `reference_logprobs` (the
-frozen initial translator). The policy is an LVLM, optionally with a PEFT LoRA
-adapter; `trainable_state_dict` / `load_trainable_state_dict` carry only what
-training changes between the learner and the sampling replicas.
+frozen translator this training started from, whatever it was loaded from). Both score
+a query as the sampler draws it (at most `max_new_tokens`, a forced end of turn scoring
+nothing). The policy is an LVLM, optionally with a PEFT LoRA adapter;
+`trainable_state_dict` / `load_trainable_state_dict` carry only what training changes
+between the learner and the sampling replicas.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,52 +41,65 @@ class QuerySample:
 
 
 def _add_lora(model, lora: LoraConfig):
-    from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
+    # peft takes seconds to import; modules that import this one for its types often build no translator.
+    import peft
 
-    adapter = PeftLoraConfig(
+    adapter = peft.LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
     )
-    return get_peft_model(model, adapter)
+    return peft.get_peft_model(model, adapter)
 
 
 def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
-    """(model, processor); a directory written by `export` with a LoRA adapter loads base + adapter."""
+    """(model, processor, trained_adapter); an `export` directory with a LoRA adapter loads base + adapter.
+
+    `trained_adapter` is True when the policy carries an exported (trained) LoRA adapter, so
+    that disabling its adapters would not give back the translator training starts from.
+    """
     export_dir = Path(cfg.model).expanduser()
     if not (export_dir / "adapter_config.json").is_file():
         model, processor = load_lvlm(cfg.model, cache_dir, cfg.dtype, device)
-        return (_add_lora(model, cfg.lora) if cfg.lora.enabled else model), processor
-    from peft import PeftConfig, PeftModel
+        return (_add_lora(model, cfg.lora) if cfg.lora.enabled else model), processor, False
+    from peft import PeftConfig, PeftModel  # late, as in _add_lora: seconds to import
 
     base_ref = PeftConfig.from_pretrained(str(export_dir)).base_model_name_or_path
     base, _ = load_lvlm(base_ref, cache_dir, cfg.dtype, device)
     model = PeftModel.from_pretrained(base, str(export_dir), is_trainable=cfg.lora.enabled)
     # Without `lora.enabled` the exported adapter is merged into a plain, fully trainable model.
-    return (model if cfg.lora.enabled else model.merge_and_unload()), load_processor(str(export_dir))
+    return (model if cfg.lora.enabled else model.merge_and_unload()), load_processor(str(export_dir)), True
 
 
 class QueryTranslator:
-    """Policy LVLM writing search queries, plus its frozen reference for DPO."""
+    """Policy LVLM writing search queries, plus its frozen reference for DPO: the policy as it starts.
 
-    def __init__(self, model, processor, cfg: TranslatorConfig):
+    A fresh LoRA adapter starts as the identity, so the reference is the policy with adapters
+    disabled (no second copy). Otherwise (a full model, or an exported adapter training goes on
+    from: `trained_adapter`) the reference is a frozen copy of the starting policy, the adapter
+    merged into its weights.
+    """
+
+    def __init__(self, model, processor, cfg: TranslatorConfig, trained_adapter: bool = False):
         self.model = model.eval()
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
-        from peft import PeftModel
+        from peft import PeftModel  # late, as in _add_lora: seconds to import
 
         self.uses_lora = isinstance(model, PeftModel)
-        if self.uses_lora:
-            self._reference = None
-        else:
+        if not self.uses_lora:
             # Every weight trains (a merged export comes back frozen from PEFT).
             model.requires_grad_(True)
-            self._reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.uses_lora and not trained_adapter:
+            self._reference = None
+        else:
+            reference = copy.deepcopy(model)
+            reference = reference.merge_and_unload() if self.uses_lora else reference
+            self._reference = reference.eval().requires_grad_(False)
 
     @classmethod
     def from_config(cls, cfg: TranslatorConfig, cache_dir: str, device: str = "cpu") -> QueryTranslator:
-        model, processor = _load_policy(cfg, cache_dir, device)
-        return cls(model, processor, cfg)
+        model, processor, trained_adapter = _load_policy(cfg, cache_dir, device)
+        return cls(model, processor, cfg, trained_adapter)
 
     def prompts(self, questions: list[str]) -> list[str]:
         """User prompts: `translator.prompt_template` filled with each question."""
@@ -129,10 +145,11 @@ class QueryTranslator:
     def logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
     ) -> torch.Tensor:
-        """Policy log-prob of each query given (image, question); differentiable w.r.t. the trainable weights."""
+        """Policy log-prob of each query given (image, question), as `sample` draws it; differentiable."""
         self.model.train()
         try:
-            return sequence_logprobs(self.model, self.processor, images, self.prompts(questions), queries, temperature)
+            return sequence_logprobs(self.model, self.processor, images, self.prompts(questions), queries, temperature,
+                                     self.cfg.max_new_tokens)
         finally:
             self.model.eval()
 
@@ -140,12 +157,14 @@ class QueryTranslator:
     def reference_logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
     ) -> torch.Tensor:
-        """Log-probs under the frozen initial translator (LoRA: adapters disabled; else the copy)."""
-        prompts = self.prompts(questions)
-        if self.uses_lora:
-            with self.model.disable_adapter():
-                return sequence_logprobs(self.model, self.processor, images, prompts, queries, temperature)
-        return sequence_logprobs(self._reference, self.processor, images, prompts, queries, temperature)
+        """Log-probs under the frozen translator training started from (see the class docstring)."""
+        if self._reference is None:
+            model, scope = self.model, self.model.disable_adapter()
+        else:
+            model, scope = self._reference, contextlib.nullcontext()
+        with scope:
+            return sequence_logprobs(model, self.processor, images, self.prompts(questions), queries, temperature,
+                                     self.cfg.max_new_tokens)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What the learner's optimiser updates (the adapter with LoRA, every weight otherwise)."""

@@ -7,12 +7,16 @@ samples under the current weights, and minimises:
 * translator: DPO on preference pairs among the N queries of one question
   (`translator_loss: dpo`), or its reference-free variant (`dpo_reference_free`);
 * reranker: the Plackett-Luce policy loss weighted by advantage (`pl_policy`), or a
-  pairwise preference loss among the M selections of one query (`pairwise`).
+  pairwise preference loss among the M selections of one query (`pairwise`), each
+  example weighted by its truncated importance weight when it was drawn by an older
+  policy version (`truncated_importance_weights`).
 
 Every loss returns a zero that backward() accepts when the batch has no signal.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -20,11 +24,25 @@ import torch.nn.functional as F
 from mmrag.rl.rollout import Node, nodes_at
 
 
-def preference_pairs(siblings: list[Node], margin: float, max_pairs: int | None = None) -> list[tuple[Node, Node]]:
-    """(chosen, rejected) among siblings with chosen.value - rejected.value > margin.
+def distinct_outputs(siblings: list[Node]) -> list[tuple[Node, float]]:
+    """One entry per distinct output among siblings: its first sibling and the mean value of all that share it.
 
-    Equal values and identical outputs never pair. Beyond `max_pairs`, the largest value
-    gaps are kept; equal gaps keep the order of (chosen, rejected) positions among siblings.
+    The same query (or selection) drawn twice is one candidate, valued by the average of its
+    draws: siblings A=1.0, A=0.0, B=0.5 are A=0.5 and B=0.5, never both A>B and B>A.
+    """
+    groups: dict = {}
+    for node in siblings:
+        groups.setdefault(node.output, []).append(node)
+    return [(nodes[0], statistics.fmean(node.value for node in nodes)) for nodes in groups.values()]
+
+
+def preference_pairs(siblings: list[Node], margin: float, max_pairs: int | None = None) -> list[tuple[Node, Node]]:
+    """(chosen, rejected) among the distinct outputs of siblings whose mean values differ by more than margin.
+
+    Siblings with identical outputs are first merged (`distinct_outputs`); the first of them
+    stands for the group in the returned pairs. Equal values never pair. Beyond `max_pairs`,
+    the largest value gaps are kept; equal gaps keep the order of (chosen, rejected) first
+    positions among siblings.
     """
     if margin < 0:
         raise ValueError(f"margin (train.pair_margin): expected >= 0, got {margin!r}")
@@ -33,14 +51,16 @@ def preference_pairs(siblings: list[Node], margin: float, max_pairs: int | None 
     for position, node in enumerate(siblings):
         if node.value is None:
             raise ValueError(f"siblings[{position}] at level {node.level!r} has no value; run backprop_values first")
+    candidates = distinct_outputs(siblings)
     ranked = []
-    for i, first in enumerate(siblings):
-        for j in range(i + 1, len(siblings)):
-            second = siblings[j]
-            if first.output == second.output or first.value == second.value:
+    for i, (first, first_value) in enumerate(candidates):
+        for j in range(i + 1, len(candidates)):
+            second, second_value = candidates[j]
+            if first_value == second_value:
                 continue
-            (c, chosen), (r, rejected) = sorted([(i, first), (j, second)], key=lambda item: -item[1].value)
-            gap = chosen.value - rejected.value
+            (c, chosen, chosen_value), (r, rejected, rejected_value) = sorted(
+                [(i, first, first_value), (j, second, second_value)], key=lambda item: -item[2])
+            gap = chosen_value - rejected_value
             if gap > margin:
                 ranked.append((-gap, c, r, chosen, rejected))
     ranked.sort(key=lambda item: item[:3])
@@ -81,14 +101,52 @@ def _check_same_shape(**tensors: torch.Tensor) -> None:
         raise ValueError(f"expected 1-D tensors of one length (one entry per pair), got shapes {shapes}")
 
 
+def _check_cap(cap: float) -> None:
+    if not cap >= 1:
+        raise ValueError(f"cap (train.importance_ratio_cap): expected >= 1, so that on-policy examples keep "
+                         f"weight 1, got {cap!r}")
+
+
+def truncated_importance_weights(log_ratios: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, ratios) for log importance ratios log(pi_now / pi_behaviour): ratio = exp, weight = min(ratio, cap).
+
+    Truncated importance sampling. Experience drawn by an older policy version mu estimates the
+    gradient at the current policy pi when weighted by pi/mu; truncating that weight at `cap`
+    bounds the variance (by cap^2) at the price of a bias only where pi/mu > cap. Both are
+    constants (no gradient flows through the weight): the loss then has the gradient of the
+    importance-weighted estimator, w * A * grad log pi. On-policy, log_ratios are exactly 0 and
+    every weight exactly 1, so the corrected loss is the uncorrected one.
+    """
+    _check_cap(cap)
+    ratios = log_ratios.detach().exp()
+    return ratios.clamp(max=cap), ratios
+
+
+def _weighted_mean(per_example: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    if weights is None:
+        return per_example.mean()
+    _check_same_shape(per_example=per_example, weights=weights)
+    return (weights.detach().to(per_example.dtype) * per_example).mean()
+
+
 def pairwise_preference_loss(chosen_logprob: torch.Tensor, rejected_logprob: torch.Tensor,
-                             beta: float) -> torch.Tensor:
-    """mean over pairs of -log sigmoid(beta * (l_chosen - l_rejected))."""
+                             beta: float, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """mean over pairs of -w * log sigmoid(beta * (l_chosen - l_rejected)); w = 1 without `weights`."""
     _check_beta(beta)
     _check_same_shape(chosen_logprob=chosen_logprob, rejected_logprob=rejected_logprob)
     if chosen_logprob.numel() == 0:
         return _zero_loss(chosen_logprob)
-    return -F.logsigmoid(beta * (chosen_logprob - rejected_logprob)).mean()
+    return _weighted_mean(-F.logsigmoid(beta * (chosen_logprob - rejected_logprob)), weights)
+
+
+def preference_stats(chosen_logratio: torch.Tensor, rejected_logratio: torch.Tensor, beta: float) -> dict[str, float]:
+    """DPO's implicit reward margin beta * (chosen - rejected) and pair accuracy (margin > 0), means over pairs.
+
+    For DPO the log-ratios are log pi - log pi_ref of each query; for the reference-free losses,
+    the log-probs themselves. A learning preference loss drives both up.
+    """
+    margins = beta * (chosen_logratio.detach() - rejected_logratio.detach())
+    return {"reward_margin": float(margins.mean()), "pair_accuracy": float((margins > 0).float().mean())}
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
@@ -108,13 +166,15 @@ def reference_free_dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.
     return pairwise_preference_loss(policy_chosen, policy_rejected, beta)
 
 
-def pl_policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
-    """Listwise Plackett-Luce policy loss: -mean(A * log P(selection)), advantages held constant.
+def pl_policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor,
+                   weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Listwise Plackett-Luce policy loss: -mean(w * A * log P(selection)), advantages and weights held constant.
 
     Descending it raises the probability of selections that beat their siblings' mean
-    (A > 0) and lowers it for those that fell short (A < 0).
+    (A > 0) and lowers it for those that fell short (A < 0). `weights` (default 1) are the
+    importance weights of off-policy selections (`truncated_importance_weights`).
     """
     _check_same_shape(logprobs=logprobs, advantages=advantages)
     if logprobs.numel() == 0:
         return _zero_loss(logprobs)
-    return -(advantages.detach().to(logprobs.dtype) * logprobs).mean()
+    return _weighted_mean(-(advantages.detach().to(logprobs.dtype) * logprobs), weights)

@@ -5,6 +5,27 @@ of each question. Reranker: the listwise Plackett-Luce policy loss weighted by e
 selection's advantage among its M siblings, or the pairwise preference variant. Both
 recompute log-probs under the current weights, so the same functions serve the
 single-process reference trainer and the distributed learners.
+
+Asynchronous training hands the learner experience drawn by an older policy version.
+The reranker's losses estimate the gradient at the policy that draws the samples, so a
+stale selection is weighted by its truncated importance ratio min(pi_now / mu, C)
+(`mmrag.rl.losses.truncated_importance_weights`), mu being the behaviour log-prob stored
+on the node (under logits / temperature, as it was sampled). A pair of the pairwise
+variant weighs the product of its two ratios, the probability of drawing that pair. This
+is AReaL's decoupled objective at the one optimiser step this trainer takes per batch:
+the proximal policy is then the current weights, its clipped ratio is exactly 1, and only
+the behaviour weight remains. PPO-style clipping against the behaviour policy instead
+would zero the gradient of every stale example whose ratio drifted past 1 +/- eps, throwing
+away lagged batches rather than correcting them; AReaL's own cap masks such examples,
+dropping exactly those the current policy now favours most.
+
+The translator's DPO needs no ratio: DPO is an off-policy objective by construction. Its
+minimiser pi_ref * exp(r / beta) is the same for any distribution of preference pairs that
+covers the queries, and its log-ratios are taken against the fixed reference, not against
+the sampling policy; a sequence-level ratio (a product over up to `max_new_tokens` token
+ratios) would only add variance. What DPO does need is correct log-probs (a forced end of
+turn scores nothing, `mmrag.models.lvlm`), pairs of distinct queries
+(`mmrag.rl.losses.distinct_outputs`) and the right reference (`QueryTranslator`).
 """
 
 from __future__ import annotations
@@ -17,8 +38,9 @@ from mmrag.config import TrainConfig
 from mmrag.data.dataset import Question
 from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.translator import QueryTranslator
-from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, reference_free_dpo_loss,
-                             reranker_preference_pairs, translator_preference_pairs)
+from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, preference_stats,
+                             reference_free_dpo_loss, reranker_preference_pairs, translator_preference_pairs,
+                             truncated_importance_weights)
 from mmrag.rl.rollout import Node, nodes_at
 from mmrag.training.pipeline import candidates_of
 
@@ -32,8 +54,10 @@ class LocalLoss:
     examples: int
     """Translator preference pairs, or reranker selections (pairs with `pairwise`), the loss averages over."""
     stats: dict[str, float] = field(default_factory=dict)
-    """Per-example means worth logging beside the loss (e.g. DPO reward margin and pair accuracy); the same keys
-    whenever `examples` > 0, since learner ranks combine them key by key."""
+    """Per-example means worth logging beside the loss; the same keys whenever `examples` > 0, since learner ranks
+    combine them key by key. Translator: `reward_margin`, `pair_accuracy` (DPO's implicit reward). Reranker:
+    `importance_ratio_mean` and `importance_ratio_truncated` (the fraction above the cap), reported whether or not
+    the correction is on; `pairwise` adds `reward_margin` and `pair_accuracy`."""
 
 
 def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
@@ -52,7 +76,8 @@ def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainCo
                     policy_version: int = 0) -> LocalLoss:
     """The translator's local loss over a batch of scored trees, under the weights of `policy_version`.
 
-    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience.
+    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience, which DPO
+    takes as it is (see the module docstring), so `policy_version` does not change the loss.
     """
     pairs = translator_pairs(roots, cfg)
     if not pairs:
@@ -63,10 +88,12 @@ def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainCo
     policy = translator.logprobs(images, questions, queries)
     chosen, rejected = policy[:len(pairs)], policy[len(pairs):]
     if cfg.translator_loss == "dpo_reference_free":
-        return LocalLoss(reference_free_dpo_loss(chosen, rejected, cfg.dpo_beta), len(pairs))
+        return LocalLoss(reference_free_dpo_loss(chosen, rejected, cfg.dpo_beta), len(pairs),
+                         preference_stats(chosen, rejected, cfg.dpo_beta))
     reference = translator.reference_logprobs(images, questions, queries)
-    loss = dpo_loss(chosen, rejected, reference[:len(pairs)], reference[len(pairs):], cfg.dpo_beta)
-    return LocalLoss(loss, len(pairs))
+    ref_chosen, ref_rejected = reference[:len(pairs)], reference[len(pairs):]
+    return LocalLoss(dpo_loss(chosen, rejected, ref_chosen, ref_rejected, cfg.dpo_beta), len(pairs),
+                     preference_stats(chosen - ref_chosen, rejected - ref_rejected, cfg.dpo_beta))
 
 
 def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
@@ -87,11 +114,39 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
     return rows
 
 
+def log_importance_ratios(nodes: list[Node], logprobs: torch.Tensor, policy_version: int) -> torch.Tensor:
+    """log(pi_now / pi_behaviour) per node: 0 exactly for nodes drawn by `policy_version`, else against `Node.logprob`.
+
+    `logprobs` are the current log-probs of the nodes' outputs, under the distribution they
+    were sampled from (the reranker's logits / temperature).
+    """
+    behaviour = []
+    for node in nodes:
+        if node.policy_version != policy_version and node.logprob is None:
+            raise ValueError(f"{node.level} node {node.output!r} drawn by policy version {node.policy_version} "
+                             f"(learner at {policy_version}) has no behaviour log-prob (Node.logprob); "
+                             "off-policy correction needs the log-prob it was sampled with")
+        behaviour.append(float("nan") if node.policy_version == policy_version else node.logprob)
+    on_policy = torch.tensor([node.policy_version == policy_version for node in nodes], device=logprobs.device)
+    current = logprobs.detach()
+    behaviour = torch.where(on_policy, current, torch.tensor(behaviour, dtype=current.dtype, device=current.device))
+    return current - behaviour
+
+
+def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """(loss weights, or None with the correction off; the ratio statistics, logged either way)."""
+    weights, ratios = truncated_importance_weights(log_ratios, cfg.importance_ratio_cap)
+    stats = {"importance_ratio_mean": float(ratios.mean()),
+             "importance_ratio_truncated": float((ratios > cfg.importance_ratio_cap).float().mean())}
+    return (weights if cfg.off_policy_correction else None), stats
+
+
 def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float,
                   policy_version: int = 0) -> LocalLoss:
     """The reranker's local loss over a batch of scored trees, under the weights of `policy_version`.
 
-    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience.
+    Nodes drawn by an older version (`Node.policy_version`) are off-policy experience: with
+    `train.off_policy_correction` each is weighted by its truncated importance ratio.
     """
     rows = reranker_rows(roots, cfg)
     if not rows:
@@ -101,13 +156,19 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
                                candidates_of([t_node.payload["hits"] for _, t_node, _ in rows]))
     if cfg.reranker_loss == "pl_policy":
         flat = [(row, node) for row, (_, _, examples) in enumerate(rows) for node in examples]
-        logprobs = reranker.logprob(batch, [node.output for _, node in flat], [row for row, _ in flat], temperature)
-        advantages = torch.tensor([node.advantage for _, node in flat], dtype=logprobs.dtype, device=logprobs.device)
-        return LocalLoss(pl_policy_loss(logprobs, advantages), len(flat))
+        nodes = [node for _, node in flat]
+        logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature)
+        weights, stats = _importance(log_importance_ratios(nodes, logprobs, policy_version), cfg)
+        advantages = torch.tensor([node.advantage for node in nodes], dtype=logprobs.dtype, device=logprobs.device)
+        return LocalLoss(pl_policy_loss(logprobs, advantages, weights), len(flat), stats)
     flat = [(row, pair) for row, (_, _, pairs) in enumerate(rows) for pair in pairs]
-    selections = [c.output for _, (c, _) in flat] + [r.output for _, (_, r) in flat]
-    logprobs = reranker.logprob(batch, selections, [row for row, _ in flat] * 2, temperature)
-    return LocalLoss(pairwise_preference_loss(logprobs[:len(flat)], logprobs[len(flat):], cfg.dpo_beta), len(flat))
+    nodes = [c for _, (c, _) in flat] + [r for _, (_, r) in flat]
+    logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat] * 2, temperature)
+    chosen, rejected = logprobs[:len(flat)], logprobs[len(flat):]
+    log_ratios = log_importance_ratios(nodes, logprobs, policy_version)
+    weights, stats = _importance(log_ratios[:len(flat)] + log_ratios[len(flat):], cfg)
+    loss = pairwise_preference_loss(chosen, rejected, cfg.dpo_beta, weights)
+    return LocalLoss(loss, len(flat), {**stats, **preference_stats(chosen, rejected, cfg.dpo_beta)})
 
 
 def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
@@ -126,9 +187,11 @@ def _update(optimizer: torch.optim.Optimizer, local: LocalLoss) -> dict:
     return {"loss": float(local.loss.detach()), "examples": local.examples, **local.stats}
 
 
-def update_translator(translator, optimizer, roots, cfg: TrainConfig) -> dict:
-    return _update(optimizer, translator_loss(translator, roots, cfg))
+def update_translator(translator, optimizer, roots, cfg: TrainConfig, policy_version: int = 0) -> dict:
+    """One step on `translator_loss` under the weights of `policy_version`; the update record."""
+    return _update(optimizer, translator_loss(translator, roots, cfg, policy_version))
 
 
-def update_reranker(reranker, optimizer, roots, cfg: TrainConfig, temperature: float) -> dict:
-    return _update(optimizer, reranker_loss(reranker, roots, cfg, temperature))
+def update_reranker(reranker, optimizer, roots, cfg: TrainConfig, temperature: float, policy_version: int = 0) -> dict:
+    """One step on `reranker_loss` under the weights of `policy_version`; the update record."""
+    return _update(optimizer, reranker_loss(reranker, roots, cfg, temperature, policy_version))

@@ -1,0 +1,31 @@
+"""The captioner's first stage: its vision tower learns the pictures' attributes from its visual tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from mmrag.models.lvlm import load_lvlm
+from mmrag.zoo.fit_captioner import attribute_heads_for, fit_vision, load_examples, named_attribute
+
+
+def test_vision_stage_lowers_the_attribute_loss_of_linear_heads_over_flattened_visual_tokens(zoo_dir):
+    model, processor = load_lvlm("zoo:tiny-lvlm", zoo_dir)
+    examples = load_examples(num_entities=6, seed=11)
+    heads = attribute_heads_for(model, processor)
+    # 16 merged tokens of 128 values for a 64 x 64 picture, read by one linear head per attribute kind.
+    assert {kind: head.weight.shape for kind, head in heads.heads.items()} == {
+        "colour": (8, 16 * 128), "texture": (4, 16 * 128), "shape": (8, 16 * 128), "background": (6, 16 * 128)}
+    vision = {name: p.detach().clone() for name, p in model.model.visual.named_parameters()}
+    losses = fit_vision(model, processor, heads, examples, steps=12, seed=0, batch_size=8)
+    assert sum(losses[-3:]) / 3 < 0.7 * losses[0]
+    moved = dict(model.model.visual.named_parameters())
+    assert sum(not torch.equal(moved[name], before) for name, before in vision.items()) > len(vision) // 2
+
+
+def test_named_attribute_wants_exactly_the_right_word_of_its_kind():
+    attributes = {"colour": "red", "texture": "striped", "shape": "circle", "background": "navy"}
+    assert named_attribute("red striped circle on navy", "shape", attributes)
+    assert not named_attribute("red striped square on navy", "shape", attributes)
+    assert not named_attribute("red striped circle square on navy", "shape", attributes)
+    assert named_attribute("a picture of a red striped circle", "colour", attributes)
+    assert not named_attribute("a picture of a red striped circle", "background", attributes)

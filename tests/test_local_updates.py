@@ -1,0 +1,184 @@
+"""Local losses through mmrag/training/updates.py, against numbers worked by hand.
+
+Reranker: an untrained one (tiny-clip-init) ranks exactly by retrieval score, so its
+Plackett-Luce logits are known by hand: candidate score / 0.05, STOP the midpoint of the
+2nd and 3rd candidate logits. The STOP scorer's bias adds to the STOP logit alone, so
+its gradient is d loss / d logit_STOP, also worked by hand. Translator: zoo:tiny-lvlm,
+each query's log-prob recomputed on its own, one row per call, and DPO by its formula.
+Covers the off-policy correction (ratio exactly 1 on-policy, truncated when stale,
+recomputed at the sampling temperature) and the learning signals in `LocalLoss.stats`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from PIL import Image
+
+from mmrag.config import LoraConfig, RerankerConfig, TrainConfig, TranslatorConfig
+from mmrag.data.dataset import Question
+from mmrag.models import lvlm
+from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.translator import QueryTranslator
+from mmrag.retrieval.merge import Hit
+from mmrag.rl.rollout import Node, backprop_values, compute_advantages
+from mmrag.training.updates import reranker_loss, translator_loss
+
+QUESTION = Question("q0", Image.new("RGB", (64, 64), (200, 30, 30)), "When was this built?", ["1901"])
+HITS = [Hit(f"d{i}", "", text, None, f"e{i}", score, i) for i, (text, score) in enumerate(
+    [("red striped circle was built in 1901", 0.30), ("blue square was built in 1850", 0.25),
+     ("green triangle is 45 metres tall", 0.20)])]
+TEMPERATURE = 2.0
+STEP_1 = [3.0, 2.5, 2.0, 2.25]
+"""Logits / temperature of the untrained reranker: scores / 0.05 = 6, 5, 4; STOP (5 + 4) / 2 = 4.5."""
+RATIO_CAP = 2.0
+
+
+def logsumexp(*values: float) -> float:
+    return math.log(sum(math.exp(v) for v in values))
+
+
+# Selection (0,) then STOP (max_docs 2), and the empty selection, at temperature 2.
+LOGPROB_FIRST = STEP_1[0] - logsumexp(*STEP_1) + STEP_1[3] - logsumexp(*STEP_1[1:])
+LOGPROB_EMPTY = STEP_1[3] - logsumexp(*STEP_1)
+# d log P / d (logit_STOP / T): minus P(STOP) at each draw it could have taken, plus 1 where it was drawn.
+STOP_FIRST, STOP_SECOND = math.exp(STEP_1[3] - logsumexp(*STEP_1)), math.exp(STEP_1[3] - logsumexp(*STEP_1[1:]))
+STOP_GRAD_FIRST, STOP_GRAD_EMPTY = -STOP_FIRST + 1 - STOP_SECOND, 1 - STOP_FIRST
+
+
+@pytest.fixture(scope="module")
+def reranker(zoo_dir) -> AdaptiveReranker:
+    torch.manual_seed(0)
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2)
+    return AdaptiveReranker.from_config(cfg, zoo_dir)
+
+
+def reranker_tree(version: int, behaviour_logprobs: tuple[float | None, float | None] = (None, None)) -> Node:
+    """One query; its selections (0,) rewarded 1 and () rewarded 0: advantages +0.5 and -0.5."""
+    root = Node("root", output=QUESTION.id, policy_version=version, payload={"question": QUESTION})
+    query = root.add(Node("translator", output="red striped circle", policy_version=version,
+                          payload={"hits": HITS}))
+    for selection, reward, logprob in zip([(0,), ()], [1.0, 0.0], behaviour_logprobs):
+        query.add(Node("reranker", output=selection, logprob=logprob, policy_version=version, reward=reward))
+    backprop_values(root)
+    compute_advantages(root)
+    return root
+
+
+def stop_bias_grad(reranker: AdaptiveReranker, local) -> float:
+    reranker.zero_grad()
+    local.loss.backward()
+    return reranker.stop_scorer.linear.bias.grad.item()
+
+
+def test_reranker_policy_loss_on_policy_by_hand_with_importance_ratio_exactly_one(reranker):
+    local = reranker_loss(reranker, [reranker_tree(version=3)], TrainConfig(), TEMPERATURE, policy_version=3)
+    assert local.examples == 2
+    # -mean(A * log P): -(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2.
+    assert local.loss.item() == pytest.approx(-(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2, abs=1e-5)
+    assert local.stats == {"importance_ratio_mean": 1.0, "importance_ratio_truncated": 0.0}
+    expected_grad = -(0.5 * STOP_GRAD_FIRST - 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
+    assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
+
+
+@pytest.mark.parametrize("correction", [True, False])
+def test_stale_reranker_selections_are_weighted_by_their_truncated_ratio(reranker, correction):
+    # Drawn by version 1; the learner is at version 2. Since then (0,) became 3x and () 0.5x as likely.
+    tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
+    cfg = TrainConfig(off_policy_correction=correction, importance_ratio_cap=RATIO_CAP)
+    local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
+    weights = (2.0, 0.5) if correction else (1.0, 1.0)  # ratio 3 truncated at the cap 2
+    expected = -(weights[0] * 0.5 * LOGPROB_FIRST - weights[1] * 0.5 * LOGPROB_EMPTY) / 2
+    assert local.loss.item() == pytest.approx(expected, abs=1e-5)
+    # The ratios are logged whether or not they weight the loss: mean (3 + 0.5) / 2, half above the cap.
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.75, "importance_ratio_truncated": 0.5}, abs=1e-5)
+    expected_grad = -(weights[0] * 0.5 * STOP_GRAD_FIRST - weights[1] * 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
+    assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
+
+
+def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
+    tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
+    cfg = TrainConfig(reranker_loss="pairwise", dpo_beta=0.5, importance_ratio_cap=RATIO_CAP)
+    local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
+    # log P((0,)) = -2.0141 < log P(()) = -1.6448: the untrained reranker still ranks the pair wrong.
+    margin = 0.5 * (LOGPROB_FIRST - LOGPROB_EMPTY)
+    assert margin == pytest.approx(-0.18467, abs=1e-5)
+    # One pair ((0,) over ()), weight min(3 * 0.5, 2) = 1.5.
+    assert local.examples == 1
+    assert local.loss.item() == pytest.approx(1.5 * math.log1p(math.exp(-margin)), abs=1e-5)
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.5, "importance_ratio_truncated": 0.0,
+                                         "reward_margin": margin, "pair_accuracy": 0.0}, abs=1e-5)
+
+
+def test_stale_node_without_behaviour_logprob_is_named(reranker):
+    with pytest.raises(ValueError, match=r"reranker node \(0,\) drawn by policy version 1 .* no behaviour log-prob"):
+        reranker_loss(reranker, [reranker_tree(version=1)], TrainConfig(), TEMPERATURE, policy_version=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_lvlm_path(zoo_dir) -> str:
+    from mmrag.zoo import resolve
+
+    return resolve("zoo:tiny-lvlm", zoo_dir)
+
+
+@pytest.fixture(scope="module")
+def trained_lora_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
+    """A LoRA translator whose adapters moved off zero: policy and reference (the bare base) differ."""
+    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8, lora=LoraConfig(enabled=True, rank=4, alpha=8))
+    translator = QueryTranslator.from_config(cfg, zoo_dir)
+    generator = torch.Generator().manual_seed(0)
+    translator.load_trainable_state_dict({name: t + 0.3 * torch.randn(t.shape, generator=generator)
+                                          for name, t in translator.trainable_state_dict().items()})
+    return translator
+
+
+def translator_tree(query_values: list[tuple[str, float]], version: int = 0) -> Node:
+    root = Node("root", output=QUESTION.id, policy_version=version, payload={"question": QUESTION})
+    for query, value in query_values:
+        root.add(Node("translator", output=query, value=value, policy_version=version))
+    return root
+
+
+def logprob_by_row(model, processor, translator: QueryTranslator, query: str) -> float:
+    """One query's log-prob in a call of its own (no batching, no padding)."""
+    with torch.no_grad():
+        return lvlm.sequence_logprobs(model, processor, [QUESTION.image], translator.prompts([QUESTION.question]),
+                                      [query], 1.0, translator.cfg.max_new_tokens).item()
+
+
+@pytest.mark.parametrize("loss_name", ["dpo", "dpo_reference_free"])
+def test_translator_dpo_loss_and_stats_by_hand(trained_lora_translator, tiny_lvlm_path, zoo_dir, loss_name):
+    translator = trained_lora_translator
+    # A drawn twice (1.0 and 0.0) is one query worth 0.5, tied with B: pairs (A, C) and (B, C) only.
+    tree = translator_tree([("red circle", 1.0), ("red circle", 0.0), ("red square", 0.5), ("navy", 0.0)])
+    cfg = TrainConfig(translator_loss=loss_name, dpo_beta=0.5)
+    local = translator_loss(translator, [tree], cfg)
+    base = QueryTranslator.from_config(dataclasses.replace(translator.cfg, lora=LoraConfig()), zoo_dir)
+    policy = {q: logprob_by_row(translator.model, translator.processor, translator, q)
+              for q in ("red circle", "red square", "navy")}
+    reference = {q: logprob_by_row(base.model, base.processor, base, q) if loss_name == "dpo" else 0.0
+                 for q in policy}
+    margins = [0.5 * ((policy[c] - reference[c]) - (policy["navy"] - reference["navy"]))
+               for c in ("red circle", "red square")]
+    assert local.examples == 2
+    expected = sum(math.log1p(math.exp(-m)) for m in margins) / 2
+    assert local.loss.item() == pytest.approx(expected, abs=1e-4)
+    assert local.stats == pytest.approx({"reward_margin": sum(margins) / 2,
+                                         "pair_accuracy": sum(m > 0 for m in margins) / 2}, abs=1e-4)
+    # DPO takes stale pairs as they are: the loss is the same under any learner version.
+    stale = translator_loss(translator, [translator_tree([("red square", 0.5), ("navy", 0.0)], version=0)], cfg, 5)
+    fresh = translator_loss(translator, [translator_tree([("red square", 0.5), ("navy", 0.0)], version=5)], cfg, 5)
+    assert torch.equal(stale.loss, fresh.loss)
+
+
+def test_dpo_starts_at_log_two_with_zero_margin(tiny_lvlm_path, zoo_dir):
+    """Policy = reference at the start: every pair's DPO loss is -log sigmoid(0) = log 2."""
+    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8)
+    translator = QueryTranslator.from_config(cfg, zoo_dir)
+    local = translator_loss(translator, [translator_tree([("red circle", 1.0), ("navy", 0.0)])], TrainConfig())
+    assert local.loss.item() == pytest.approx(math.log(2.0), abs=1e-5)
+    assert local.stats == pytest.approx({"reward_margin": 0.0, "pair_accuracy": 0.0}, abs=1e-5)
