@@ -66,12 +66,12 @@ def run(args: argparse.Namespace) -> int:
         # Cleanup runs to the end: a second signal must not leave the application deployed.
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)
-        if address:
-            print(f"stopping: deleting the application {args.name!r}; the cluster keeps running", flush=True)
-            serve.delete(args.name)
-        else:
-            print("stopping: deleting the application and shutting down the Ray this command started", flush=True)
-            serve.shutdown()
+        print(f"stopping: deleting the application {args.name!r}; " + (
+            "the cluster keeps running" if address else "then shutting down the Ray this command started"), flush=True)
+        # Requests in flight get `serving.graceful_shutdown_timeout_s` to finish. A Ray this
+        # command started then ends with everything in it (Serve's controller and proxy too);
+        # a joined cluster keeps running and this driver disconnects.
+        serve.delete(args.name)
         ray.shutdown()
     return 0
 

@@ -6,6 +6,7 @@ the queue bound are refused with 503 and Retry-After; a killed replica is replac
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import importlib
 import io
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -438,13 +440,21 @@ def test_builder_names_bad_args():
                                               "reranker.num_gpus=0.5", "generator.num_gpus=1"]})
 
 
-def start_serve(config_path: Path, checkpoint: str, logs: Path, *options: str) -> subprocess.Popen:
-    """`python -m pipelines.serve` in its own session (so only the signals sent here reach it), logs to files."""
+@contextlib.contextmanager
+def serving_process(config_path: Path, checkpoint: str, logs: Path, *options: str) -> Iterator[subprocess.Popen]:
+    """`python -m pipelines.serve` in its own session (so only the signals sent here reach it), logs to files;
+    whatever happens in the test, its process group (and a Ray it started) is gone afterwards."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", str(config_path),
-                             "--checkpoint", checkpoint, *options], cwd=ROOT, env=env, start_new_session=True,
-                            stdout=(logs / "stdout").open("w"), stderr=(logs / "stderr").open("w"))
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", str(config_path),
+                                "--checkpoint", checkpoint, *options], cwd=ROOT, env=env, start_new_session=True,
+                               stdout=(logs / "stdout").open("w"), stderr=(logs / "stderr").open("w"))
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 def wait_healthy(process: subprocess.Popen, url: str, logs: Path) -> None:
@@ -462,14 +472,10 @@ def wait_healthy(process: subprocess.Popen, url: str, logs: Path) -> None:
 
 def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path) -> tuple[str, str]:
     """Send `signum`; the command must exit 0 within 10 s without a stack dump. Its (stdout, stderr)."""
-    try:
-        begin = time.monotonic()
-        process.send_signal(signum)
-        status = process.wait(timeout=10)
-        elapsed = time.monotonic() - begin
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    begin = time.monotonic()
+    process.send_signal(signum)
+    status = process.wait(timeout=10)
+    elapsed = time.monotonic() - begin
     out, err = (logs / "stdout").read_text(), (logs / "stderr").read_text()
     assert status == 0 and elapsed < 10, (status, elapsed, err[-3000:])
     assert "Traceback" not in err and "*** SIG" not in err, err[-3000:]
@@ -479,10 +485,10 @@ def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path) -> tupl
 def test_sigterm_stops_serve_deletes_the_application_and_shuts_down_the_ray_it_started(trained_run, tmp_path):
     cfg, checkpoint, config_path = trained_run
     port = free_port()
-    process = start_serve(config_path, checkpoint, tmp_path, "--set", f"serving.port={port}")
-    wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
-    out, _ = stop_within_10_s(process, signal.SIGTERM, tmp_path)
-    assert "deleting the application and shutting down the Ray this command started" in out
+    with serving_process(config_path, checkpoint, tmp_path, "--set", f"serving.port={port}") as process:
+        wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
+        out, _ = stop_within_10_s(process, signal.SIGTERM, tmp_path)
+    assert "deleting the application 'mmrag'; then shutting down the Ray this command started" in out
     # Ray's processes end as it shuts down: soon nothing listens on the port.
     deadline = time.monotonic() + 10
     while True:
@@ -501,10 +507,10 @@ def test_ctrl_c_stops_serve_on_a_joined_cluster_and_leaves_the_cluster_running(e
     from ray import serve
 
     _, checkpoint, config_path = trained_run
-    process = start_serve(config_path, checkpoint, tmp_path, "--address", ray.get_runtime_context().gcs_address,
-                          "--name", "signal-test", "--route-prefix", "/signal-test")
-    wait_healthy(process, f"{endpoint}/signal-test/healthz", tmp_path)
-    out, _ = stop_within_10_s(process, signal.SIGINT, tmp_path)
+    with serving_process(config_path, checkpoint, tmp_path, "--address", ray.get_runtime_context().gcs_address,
+                         "--name", "signal-test", "--route-prefix", "/signal-test") as process:
+        wait_healthy(process, f"{endpoint}/signal-test/healthz", tmp_path)
+        out, _ = stop_within_10_s(process, signal.SIGINT, tmp_path)
     assert "deleting the application 'signal-test'; the cluster keeps running" in out
     assert "signal-test" not in serve.status().applications
     assert requests.get(f"{endpoint}/healthz", timeout=10).status_code == 200
