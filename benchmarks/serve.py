@@ -1,80 +1,236 @@
-"""Serving benchmark: latency (p50/p95) and requests/s of POST /v1/answer at concurrency 1, 4 and 16.
+"""Serving benchmark: overhead over the in-process greedy path, per-stage breakdown, concurrency, load and overload.
 
 Not a test: run from the repository root with the config and checkpoint to serve, e.g. the
 tiny local recipe (`mmrag synth`, `mmrag index`, `mmrag train`, see the README), then
 
   python -m benchmarks.serve --set data.dir=D --set index.dir=I --checkpoint R/export [--set ...]
 
-It starts a local Ray and the Serve application of `mmrag serve`, sends the test split's
-questions as JSON requests from a thread pool (each level after a warm-up), and reports the
-per-stage breakdown the endpoint returns (mean ms per stage, waiting in batches included).
-It prints a Markdown table and appends it, with the machine and date, to benchmarks/RESULTS.md.
+It starts a local Ray and, in one run:
+1. Options, measured against each other: for each deployment layout and batching setting,
+   the same test questions one at a time, alternating the in-process greedy path
+   (`LocalPipeline` + `greedy_batch`, one question per call) with `POST /v1/answer`.
+   Overhead = HTTP median - in-process median. The stage columns are the ingress's own
+   timings (medians); "proxy + HTTP" is what the client waited beyond the ingress's total.
+2. Batching settings, measured against each other: max_batch_size and batch wait under a
+   closed loop at concurrency 16.
+3. The configuration as given (the last option): p50, p95, requests/s and errors at each
+   concurrency level (closed loop).
+4. Load: concurrency 64 for `--load-seconds` (at least 60 s): every status, the timeouts, p95.
+5. Overload: twice the capacity the config admits (ingress replicas x max_ongoing_requests +
+   max_queued_requests) for `--overload-seconds`, clients waiting Retry-After seconds after a
+   503 as a well-behaved client does: what is refused, with which status and Retry-After, and
+   how fast.
+Prints Markdown tables, appends them to benchmarks/RESULTS.md with the machine and date,
+and writes benchmarks/results/serve.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import datetime
+import http.client
+import json
 import os
 import platform
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
+import aiohttp
 import numpy as np
-import requests
+import ray
+import torch
+from ray import serve
 
-from benchmarks.results import publish
+from actors.serving.app import http_options, pipeline_app
+from benchmarks.results import markdown_table, publish
+from mmrag.config import Config, load_config
+from mmrag.data.dataset import encode_image, load_questions
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.rollout_batch import greedy_batch
 from pipelines.options import add_config_options, config_from_args
 
-STAGES = ("translate", "encode", "retrieve", "rerank", "generate")
+RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
+APP = "mmrag-benchmark"
+STAGE_COLUMNS = ("parse", "translate", "encode", "retrieve", "rerank", "generate", "transfer")
+FIVE = "[[translate],[encode],[retrieve],[rerank],[generate]]"
+OPTIONS = [
+    ("5 deployments, batch wait 5 ms, image by value (before)",
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0.005", "serving.image_reference_min_bytes=1000000000"]),
+    ("5 deployments, batch wait 0, image by value",
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_reference_min_bytes=1000000000"]),
+    ("5 deployments, batch wait 0, image by reference",
+     [f"serving.stage_groups={FIVE}", "serving.batch_wait_timeout_s=0", "serving.image_reference_min_bytes=0"]),
+    ("3 deployments (translate, encode+retrieve+rerank, generate), batch wait 0, image by reference",
+     ["serving.stage_groups=[[translate],[encode,retrieve,rerank],[generate]]", "serving.batch_wait_timeout_s=0",
+      "serving.image_reference_min_bytes=0"]),
+    ("all stages in the ingress (no hop)", ["serving.first_group_in_ingress=true"]),
+    ("as configured", []),
+]
+BATCHING = [(1, 0.0), (8, 0.0), (8, 0.005), (32, 0.0)]
+"""(serving.max_batch_size, serving.batch_wait_timeout_s) compared under concurrency."""
+BATCHING_CONCURRENCY = 16
 
 
-def request_bodies(data_dir: str, count: int) -> list[dict]:
-    from mmrag.data.dataset import encode_image, load_questions
-
-    questions = load_questions(data_dir, "test")
-    return [{"image": base64.b64encode(encode_image(q.image)).decode(), "question": q.question}
-            for q in (questions[i % len(questions)] for i in range(count))]
-
-
-def one_request(url: str, body: dict) -> tuple[float, dict[str, float]]:
-    start = time.perf_counter()
-    reply = requests.post(url, json=body, timeout=300)
-    latency = time.perf_counter() - start
-    reply.raise_for_status()
-    return latency, reply.json()["timings_ms"]
+@dataclass
+class Outcome:
+    status: int
+    """HTTP status, or 0 when the client timed out or lost the connection."""
+    latency_ms: float
+    retry_after: str | None
 
 
-def measure(url: str, bodies: list[dict], concurrency: int) -> dict[str, float]:
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda body: one_request(url, body), bodies[:concurrency]))  # warm-up
-        start = time.perf_counter()
-        results = list(pool.map(lambda body: one_request(url, body), bodies))
-        wall = time.perf_counter() - start
-    latencies = np.array([latency for latency, _ in results]) * 1000
-    row = {"p50_ms": float(np.percentile(latencies, 50)), "p95_ms": float(np.percentile(latencies, 95)),
-           "req_per_s": len(results) / wall}
-    row.update({stage: statistics.fmean(t[stage] for _, t in results) for stage in STAGES})
+def request_bodies(cfg: Config, count: int) -> tuple[list, list[dict]]:
+    questions = load_questions(cfg.data.dir, "test")
+    questions = [questions[i % len(questions)] for i in range(count)]
+    return questions, [{"image": base64.b64encode(encode_image(q.image)).decode(), "question": q.question}
+                       for q in questions]
+
+
+def post(connection: http.client.HTTPConnection, payload: bytes) -> dict:
+    """One `POST /v1/answer` on a kept-alive connection; the reply's JSON."""
+    connection.request("POST", "/v1/answer", body=payload, headers={"content-type": "application/json"})
+    reply = connection.getresponse()
+    content = reply.read()
+    if reply.status != 200:
+        raise RuntimeError(f"POST /v1/answer: {reply.status} {content[:200]!r}")
+    return json.loads(content)
+
+
+def sequential(pipeline, questions, bodies: list[dict], cfg: Config) -> dict:
+    """In-process and HTTP latency of the same questions, alternating, and the ingress's stage medians.
+
+    The client is the standard library's, on one kept-alive connection, with each body encoded
+    once: what is timed is the server, not a client library's own work.
+    """
+    connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=60)
+    payloads = [json.dumps(body).encode() for body in bodies]
+    for payload in payloads[:3]:  # warm-up: connection, first batches, lazy initialisation
+        post(connection, payload)
+        greedy_batch(pipeline, questions[:1])
+    inprocess, latencies, timings = [], [], []
+    for question, payload in zip(questions, payloads):
+        begin = time.perf_counter()
+        greedy_batch(pipeline, [question])
+        inprocess.append((time.perf_counter() - begin) * 1000)
+        begin = time.perf_counter()
+        reply = post(connection, payload)
+        latencies.append((time.perf_counter() - begin) * 1000)
+        timings.append(reply["timings_ms"])
+        timings[-1]["proxy + HTTP"] = latencies[-1] - timings[-1]["total"]
+    connection.close()
+    row = {"inprocess_p50_ms": statistics.median(inprocess), "http_p50_ms": statistics.median(latencies)}
+    row["overhead_ms"] = row["http_p50_ms"] - row["inprocess_p50_ms"]
+    row["stages_p50_ms"] = {key: statistics.median(t[key] for t in timings)
+                            for key in (*STAGE_COLUMNS, "proxy + HTTP")}
     return row
 
 
-def markdown(rows: dict[int, dict[str, float]], num_requests: int, cfg) -> str:
-    header = ["concurrency", "p50 ms", "p95 ms", "req/s", *(f"{stage} ms" for stage in STAGES)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for concurrency, row in rows.items():
-        cells = [str(concurrency), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}", f"{row['req_per_s']:.2f}",
-                 *(f"{row[stage]:.0f}" for stage in STAGES)]
-        lines.append("| " + " | ".join(cells) + " |")
-    machine = f"{platform.machine()}, {os.cpu_count()} CPUs visible, {platform.system()} {platform.release()}"
-    title = (f"## Serving: POST /v1/answer ({datetime.date.today().isoformat()}; {machine})\n\n"
-             f"{num_requests} JSON requests per level after a warm-up; translator {cfg.translator.model}, "
-             f"encoder {cfg.encoder.pretrained}, generator {cfg.generator.backend}; one replica per deployment, "
-             f"{cfg.index.num_shards} retrieval shards, max_batch_size {cfg.serving.max_batch_size}, "
-             f"batch wait {cfg.serving.batch_wait_timeout_s * 1000:.0f} ms. Stage columns: mean ms per request "
-             f"as the ingress timed it (queueing and batch waits included).\n\n")
-    return title + "\n".join(lines)
+async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s: float, count: int | None = None,
+                      seconds: float | None = None, honour_retry_after: bool = False) -> tuple[list[Outcome], float]:
+    """`concurrency` clients each sending the next body as soon as their last reply came (or, refused, after
+    Retry-After seconds), until `count` requests were sent or `seconds` passed; every outcome, and the wall
+    seconds."""
+    outcomes: list[Outcome] = []
+    sent = 0
+    start = time.perf_counter()
+
+    def more() -> bool:
+        return (count is None or sent < count) and (seconds is None or time.perf_counter() - start < seconds)
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal sent
+        while more():
+            body = bodies[sent % len(bodies)]
+            sent += 1
+            begin = time.perf_counter()
+            try:
+                async with session.post(url, json=body) as reply:
+                    await reply.read()
+                    status, retry_after = reply.status, reply.headers.get("Retry-After")
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                status, retry_after = 0, None
+            outcomes.append(Outcome(status, (time.perf_counter() - begin) * 1000, retry_after))
+            if honour_retry_after and status == 503 and retry_after:
+                await asyncio.sleep(float(retry_after))
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+    return outcomes, time.perf_counter() - start
+
+
+def summary(outcomes: list[Outcome], wall_s: float) -> dict:
+    ok = [o.latency_ms for o in outcomes if o.status == 200]
+    latencies = np.array([o.latency_ms for o in outcomes])
+    return {"requests": len(outcomes), "p50_ms": float(np.percentile(latencies, 50)),
+            "p95_ms": float(np.percentile(latencies, 95)), "max_ms": float(latencies.max()),
+            "req_per_s": len(ok) / wall_s, "errors": len(outcomes) - len(ok),
+            "status_5xx": sum(o.status >= 500 for o in outcomes), "timeouts": sum(o.status == 0 for o in outcomes)}
+
+
+def overload_summary(outcomes: list[Outcome], wall_s: float) -> dict:
+    refused = [o for o in outcomes if o.status == 503]
+    row = summary(outcomes, wall_s)
+    row.update({"answered": sum(o.status == 200 for o in outcomes), "refused_503": len(refused),
+                "refused_with_retry_after": sum(o.retry_after is not None for o in refused),
+                "other_statuses": sorted({o.status for o in outcomes} - {200, 503}),
+                "refused_p95_ms": float(np.percentile([o.latency_ms for o in refused], 95)) if refused else None})
+    return row
+
+
+def deploy(cfg: Config, checkpoint: str) -> None:
+    if APP in serve.status().applications:
+        serve.delete(APP)
+    serve.run(pipeline_app(cfg, checkpoint), name=APP, route_prefix="/")
+
+
+def machine() -> str:
+    return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores, "
+            f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int, dict], load: dict,
+           overload: dict, cfg: Config, args: argparse.Namespace) -> str:
+    option_rows = [[name, f"{row['inprocess_p50_ms']:.1f}", f"{row['http_p50_ms']:.1f}", f"{row['overhead_ms']:.1f}",
+                    *(f"{row['stages_p50_ms'][key]:.1f}" for key in (*STAGE_COLUMNS, "proxy + HTTP"))]
+                   for name, row in options.items()]
+    level_rows = [[str(c), str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
+                   f"{row['req_per_s']:.1f}", str(row["errors"])] for c, row in levels.items()]
+    batching_rows = [[name, str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
+                      f"{row['req_per_s']:.1f}", str(row["errors"])] for name, row in batching.items()]
+    capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
+    serving = cfg.serving
+    return "\n".join([
+        f"## Serving: overhead, concurrency, load ({datetime.date.today().isoformat()})", "",
+        f"Machine: {machine()}. Config {args.config} {' '.join(args.overrides)}; checkpoint {args.checkpoint}; "
+        f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
+        "in-process and replicas on 1 torch thread each.", "",
+        "Options (sequential; ms, medians; stage columns are the ingress's timings, transfer = time in "
+        "deployment calls beyond the stages' work):", "",
+        markdown_table(["option", "in-process p50", "HTTP p50", "overhead", *STAGE_COLUMNS, "proxy + HTTP"],
+                       option_rows), "",
+        f"Batching settings (as configured otherwise), closed loop at concurrency {BATCHING_CONCURRENCY}:", "",
+        markdown_table(["max_batch_size, batch wait", "requests", "p50 ms", "p95 ms", "req/s", "errors"],
+                       batching_rows), "",
+        f"As configured (stage_groups {serving.stage_groups}, max_batch_size {serving.max_batch_size}, "
+        f"batch wait {serving.batch_wait_timeout_s * 1000:g} ms, max_ongoing_requests {serving.max_ongoing_requests}), "
+        "closed loop at each concurrency:", "",
+        markdown_table(["concurrency", "requests", "p50 ms", "p95 ms", "req/s", "errors"], level_rows), "",
+        f"Load: concurrency 64 for {load['seconds']:.0f} s: {load['requests']} requests, {load['req_per_s']:.1f} req/s, "
+        f"p50 {load['p50_ms']:.0f} ms, p95 {load['p95_ms']:.0f} ms, max {load['max_ms']:.0f} ms; "
+        f"{load['status_5xx']} 5xx, {load['timeouts']} past the client timeout ({load['timeout_s']:g} s), "
+        f"{load['errors']} not 200.", "",
+        f"Overload: concurrency {overload['concurrency']} (twice the {capacity} requests admitted: ingress replicas x "
+        f"max_ongoing_requests + max_queued_requests) for {overload['seconds']:.0f} s, clients waiting Retry-After "
+        f"after a 503: {overload['answered']} answered "
+        f"(p95 {overload['p95_ms']:.0f} ms over all), {overload['refused_503']} refused with 503 "
+        f"({overload['refused_with_retry_after']} with Retry-After, p95 {overload['refused_p95_ms'] or 0:.0f} ms), "
+        f"other statuses {overload['other_statuses'] or 'none'}, {overload['timeouts']} timeouts.",
+    ])
 
 
 def main() -> None:
@@ -82,29 +238,67 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser)
     parser.add_argument("--checkpoint", required=True, help="exported checkpoint to serve (RUN_DIR/export)")
-    parser.add_argument("--requests", type=int, default=48, help="requests per concurrency level (default 48)")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16], help="levels (default 1 4 16)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--questions", type=int, default=60, help="test questions sent one at a time (default 60)")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64],
+                        help="concurrency levels (default 1 4 16 64)")
+    parser.add_argument("--load-seconds", type=float, default=60.0, help="load test length at concurrency 64 "
+                                                                         "(default 60)")
+    parser.add_argument("--overload-seconds", type=float, default=15.0, help="overload test length (default 15)")
+    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and serve.json alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
+    torch.set_num_threads(1)  # as in each replica, where Ray sets OMP_NUM_THREADS from its CPUs
 
-    import ray
-    from ray import serve
-
-    from actors.serving.app import pipeline_app
-
+    pipeline = LocalPipeline.from_config(cfg, checkpoint=args.checkpoint)
+    questions, bodies = request_bodies(cfg, args.questions)
+    url = f"http://{cfg.serving.host}:{cfg.serving.port}/v1/answer"
+    timeout_s = cfg.serving.body_timeout_s + cfg.serving.request_timeout_s + 10
     ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": cfg.serving.host, "port": cfg.serving.port})
+    serve.start(http_options=http_options(cfg))
     try:
-        serve.run(pipeline_app(cfg, args.checkpoint), name="mmrag-benchmark", route_prefix="/")
-        url = f"http://{cfg.serving.host}:{cfg.serving.port}/v1/answer"
-        bodies = request_bodies(cfg.data.dir, args.requests)
-        rows = {concurrency: measure(url, bodies, concurrency) for concurrency in args.concurrency}
+        options = {}
+        for name, overrides in OPTIONS:
+            deploy(load_config(args.config, [*args.overrides, *overrides]), args.checkpoint)
+            options[name] = sequential(pipeline, questions, bodies, cfg)
+            print(name, {k: round(v, 1) for k, v in options[name].items() if k != "stages_p50_ms"}, flush=True)
+        batching = {}
+        for max_batch_size, wait_s in BATCHING:
+            deploy(load_config(args.config, [*args.overrides, f"serving.max_batch_size={max_batch_size}",
+                                             f"serving.batch_wait_timeout_s={wait_s}"]), args.checkpoint)
+            name = f"{max_batch_size}, {wait_s * 1000:g} ms"
+            asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s, count=BATCHING_CONCURRENCY))
+            batching[name] = summary(*asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s,
+                                                              count=6 * BATCHING_CONCURRENCY)))
+            print("batching", name, batching[name], flush=True)
+        deploy(cfg, args.checkpoint)
+        levels = {}
+        for concurrency in args.levels:
+            asyncio.run(closed_loop(url, bodies, concurrency, timeout_s, count=concurrency))  # warm-up
+            levels[concurrency] = summary(*asyncio.run(closed_loop(url, bodies, concurrency, timeout_s,
+                                                                   count=max(4 * concurrency, 32))))
+            print("concurrency", concurrency, levels[concurrency], flush=True)
+        load = summary(*asyncio.run(closed_loop(url, bodies, 64, timeout_s, seconds=args.load_seconds)))
+        load.update({"seconds": args.load_seconds, "timeout_s": timeout_s})
+        print("load", load, flush=True)
+        capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
+        overload = overload_summary(*asyncio.run(closed_loop(url, bodies, 2 * capacity, timeout_s,
+                                                             seconds=args.overload_seconds, honour_retry_after=True)))
+        overload.update({"concurrency": 2 * capacity, "seconds": args.overload_seconds})
+        print("overload", overload, flush=True)
     finally:
         serve.shutdown()
         ray.shutdown()
-    report = markdown(rows, args.requests, cfg)
-    publish(report, append=not args.no_append)
+    configured = options["as configured"]
+    publish(report(options, batching, levels, load, overload, cfg, args), append=not args.no_append)
+    if not args.no_append:
+        RESULTS_JSON.parent.mkdir(exist_ok=True)
+        RESULTS_JSON.write_text(json.dumps({
+            "inprocess_p50_ms": configured["inprocess_p50_ms"], "http_p50_ms": configured["http_p50_ms"],
+            "overhead_ms": configured["overhead_ms"],
+            "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
+                            for c, row in levels.items()},
+            "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(),
+            "date": datetime.date.today().isoformat()}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -298,25 +298,44 @@ class ServingConfig:
     snippet_chars: int = 240
     """Evidence snippets are the document text cut to this many characters."""
     translator_replicas: int = 1
-    """Replicas of the translator deployment (GPUs each: `translator.num_gpus`)."""
+    """Replicas of the deployment running `translate` (a stage group takes the largest of its stages')."""
     encoder_replicas: int = 1
-    """Replicas of the query encoder deployment (GPUs each: `encoder.num_gpus`)."""
+    """Replicas of the deployment running `encode` (a stage group takes the largest of its stages')."""
     shard_replicas: int = 1
-    """Replicas of each retrieval shard deployment (GPUs each: `index.shard_num_gpus`)."""
+    """Replicas of the deployment running `retrieve` (of each shard's, when `retrieve` is a group alone)."""
     reranker_replicas: int = 1
-    """Replicas of the reranker deployment (GPUs each: `reranker.num_gpus`)."""
+    """Replicas of the deployment running `rerank` (a stage group takes the largest of its stages')."""
     generator_replicas: int = 1
-    """Replicas of the generator deployment (GPUs each: `generator.num_gpus`)."""
+    """Replicas of the deployment running `generate` (a stage group takes the largest of its stages')."""
     ingress_replicas: int = 1
-    """Replicas of the HTTP ingress deployment (validation and stage orchestration, no model)."""
+    """Replicas of the HTTP ingress deployment (validation and calls to the stage groups, no model)."""
     replica_num_cpus: float = 0.5
     """CPUs reserved by each replica of every deployment."""
-    max_ongoing_requests: int = 32
-    """Requests one replica works on at once (at least `max_batch_size`, so batches can fill)."""
-    max_batch_size: int = 8
+    max_ongoing_requests: int = 96
+    """Requests one replica holds at once (at least `max_batch_size`); beyond, callers queue (measured: costly)."""
+    max_batch_size: int = 32
     """Most requests one `@serve.batch` call of a model deployment groups together."""
-    batch_wait_timeout_s: float = 0.005
-    """How long a model deployment waits to fill a batch before running a partial one."""
+    batch_wait_timeout_s: float = 0.0
+    """How long a model deployment waits to fill a batch before running a partial one (0: run what is queued)."""
+    stage_groups: list[list[Literal["translate", "encode", "retrieve", "rerank", "generate"]]] = field(
+        default_factory=lambda: [["translate", "encode", "retrieve", "rerank", "generate"]])
+    """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
+    first_group_in_ingress: bool = False
+    """Run the first stage group in the ingress replicas: one hop less, but its crash fails requests with a 500."""
+    image_reference_min_bytes: int = 102400
+    """Pixel bytes from which an image several deployments read goes to the object store once (else, with each call)."""
+    max_queued_requests: int = 32
+    """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
+    retry_after_s: int = 1
+    """`Retry-After` seconds sent with every 503 (queue full, or the pipeline unavailable)."""
+    request_timeout_s: float = 30.0
+    """Longest the ingress works on a request (retries after a replica failure included); past it, a 503."""
+    body_timeout_s: float = 10.0
+    """Longest the ingress waits for a request body to arrive in full; slower is a 408."""
+    health_check_period_s: float = 2.0
+    """Seconds between Serve's health checks of each replica (how soon a dead replica is replaced)."""
+    graceful_shutdown_timeout_s: float = 2.0
+    """Longest a stopping replica waits for its requests in flight (Serve takes it all from a model replica)."""
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Serve a trained pipeline over HTTP with Ray Serve (POST /v1/answer, GET /healthz, GET /v1/info).
 
 Loads RUN_DIR/export of a training run (`--checkpoint`) and the index of the config, and
-deploys translator, query encoder, one deployment per retrieval shard, reranker and
-generator behind a FastAPI ingress on serving.host:serving.port (OpenAPI at /docs).
-Runs until interrupted. The same application runs under `serve run configs/serve/local.yaml`.
+deploys the stage groups of `serving.stage_groups` behind a FastAPI ingress on
+serving.host:serving.port (OpenAPI at /docs). Runs until Ctrl-C or SIGTERM (what process
+managers and container runtimes send): either deletes the application, shuts Ray down if
+this command started it, and exits with status 0. The same application runs under
+`serve run configs/serve/local.yaml`.
 
   curl -s localhost:8000/v1/answer -H 'content-type: application/json' \\
        -d '{"image": "'$(base64 -w0 photo.png)'", "question": "When was this built?"}'
@@ -13,10 +15,18 @@ Runs until interrupted. The same application runs under `serve run configs/serve
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
-import time
 
+import ray
+from ray import serve
+
+from actors.serving.app import http_options, pipeline_app
+from cluster.connect import connect
 from pipelines.options import add_config_options, config_from_args, run_main
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,31 +35,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", help="Ray cluster address (default: ray.address, else $RAY_ADDRESS; "
                                           "with neither, a local Ray starts)")
     parser.add_argument("--name", default="mmrag", help="Serve application name (default: mmrag)")
+    parser.add_argument("--route-prefix", default="/",
+                        help="URL prefix of the application's routes (default: /); another prefix lets it share "
+                             "a cluster's Serve with other applications")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from ray import serve
-
-    from actors.serving.app import pipeline_app
-    from cluster.connect import connect
-
     try:
         app = pipeline_app(cfg, args.checkpoint)
     except (FileNotFoundError, ValueError) as exc:
         print(f"serve: {exc}", file=sys.stderr)
         return 2
-    connect(args.address or cfg.ray.address, cfg.ray.num_cpus)
-    serve.start(http_options={"host": cfg.serving.host, "port": cfg.serving.port})
-    serve.run(app, name=args.name, route_prefix="/")
-    print(f"serving {args.checkpoint} on http://{cfg.serving.host}:{cfg.serving.port}/v1/answer "
-          f"(OpenAPI: /docs); Ctrl-C stops")
+    address = args.address or cfg.ray.address or os.environ.get("RAY_ADDRESS", "")
+    connect(address, cfg.ray.num_cpus)
+    # After ray.init, whose native handler would answer SIGTERM with a stack dump and no cleanup.
+    for stop_signal in STOP_SIGNALS:
+        signal.signal(stop_signal, _stop)
     try:
+        serve.start(http_options=http_options(cfg))
+        serve.run(app, name=args.name, route_prefix=args.route_prefix)
+        root = f"http://{cfg.serving.host}:{cfg.serving.port}{args.route_prefix.rstrip('/')}"
+        print(f"serving {args.checkpoint} on {root}/v1/answer (OpenAPI: {root}/docs); Ctrl-C or SIGTERM stops",
+              flush=True)
         while True:
-            time.sleep(3600)
+            signal.pause()
     except KeyboardInterrupt:
+        pass
+    finally:
+        # Cleanup runs to the end: a second signal must not leave the application deployed.
+        for stop_signal in STOP_SIGNALS:
+            signal.signal(stop_signal, signal.SIG_IGN)
+        print(f"stopping: deleting the application {args.name!r}; " + (
+            "the cluster keeps running" if address else "then shutting down the Ray this command started"), flush=True)
+        # Requests in flight get `serving.graceful_shutdown_timeout_s` to finish. A Ray this
+        # command started then ends with everything in it (Serve's controller and proxy too);
+        # a joined cluster keeps running and this driver disconnects.
         serve.delete(args.name)
+        ray.shutdown()
     return 0
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

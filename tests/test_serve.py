@@ -1,11 +1,24 @@
-"""Ray Serve endpoint: a tiny trained checkpoint answers over HTTP exactly as the offline greedy path does,
-and malformed requests get a 4xx JSON error naming the field while the server keeps answering."""
+"""Ray Serve endpoint: a tiny trained checkpoint answers over HTTP exactly as the offline greedy path does;
+malformed requests get a 4xx JSON error naming the field while the server keeps answering; requests beyond
+the queue bound are refused with 503 and Retry-After; a killed replica is replaced without a 500 or a hang;
+`mmrag serve` stops cleanly on SIGTERM as on Ctrl-C."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import importlib
 import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,17 +26,29 @@ import pytest
 import requests
 import yaml
 from PIL import Image
+from pydantic.json_schema import models_json_schema
 
 from mmrag.config import config_to_dict, load_config
 from mmrag.data.dataset import KB_FILE, encode_image, load_kb, load_questions
 
 ROOT = Path(__file__).resolve().parents[1]
-URL = "http://127.0.0.1:8000"
+APP = "mmrag"
 TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
                "translator.model=zoo:tiny-lvlm"]
 LIMITS = ["serving.max_image_bytes=30000", "serving.max_image_side=256", "serving.max_question_chars=200",
-          "serving.max_top_k=20"]
-STAGES = {"translate", "encode", "retrieve", "rerank", "generate", "total"}
+          "serving.max_top_k=20", "serving.body_timeout_s=2", "serving.retry_after_s=2"]
+# Small bounds, so that a few concurrent requests overflow the queue: the ingress works on 2
+# requests and the proxy holds 2 more.
+BOUNDS = ["serving.max_ongoing_requests=2", "serving.max_batch_size=2", "serving.max_queued_requests=2",
+          "serving.health_check_period_s=1", "serving.request_timeout_s=40"]
+TIMINGS = {"parse", "translate", "encode", "retrieve", "rerank", "generate", "transfer", "total"}
+GROUP = "translate+encode+retrieve+rerank+generate"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +61,8 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
     cfg = load_config(ROOT / "configs/local.yaml", [
         f"data.dir={synth_dir}", f"index.dir={work / 'index'}", f"zoo.cache_dir={zoo_dir}",
         f"train.run_dir={work / 'run'}", "train.steps=1", "train.questions_per_step=2", "train.eval_questions=2",
-        "translator.num_samples=2", "reranker.num_samples=2", *TINY_MODELS, *LIMITS])
+        "translator.num_samples=2", "reranker.num_samples=2", f"serving.port={free_port()}",
+        *TINY_MODELS, *LIMITS, *BOUNDS])
     build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir)
     train_reference(cfg, progress=False)
     config_path = work / "serve_config.yaml"
@@ -49,15 +75,15 @@ def endpoint(ray_session, trained_run):
     """The application of configs/serve/local.yaml (its builder, HTTP options and route) serving the tiny checkpoint."""
     from ray import serve
 
-    _, checkpoint, config_path = trained_run
+    cfg, checkpoint, config_path = trained_run
     serve_config = yaml.safe_load((ROOT / "configs/serve/local.yaml").read_text())
     (spec,) = serve_config["applications"]
     module_name, builder_name = spec["import_path"].split(":")
     builder = getattr(importlib.import_module(module_name), builder_name)
-    serve.start(http_options=serve_config["http_options"])
+    serve.start(http_options={**serve_config["http_options"], "port": cfg.serving.port})
     serve.run(builder({**spec["args"], "config": str(config_path), "checkpoint": checkpoint}),
               name=spec["name"], route_prefix=spec["route_prefix"])
-    yield URL
+    yield f"http://127.0.0.1:{cfg.serving.port}"
     serve.shutdown()
 
 
@@ -70,11 +96,15 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def ask(question, options: dict | None = None) -> requests.Response:
-    body = {"image": b64(encode_image(question.image)), "question": question.question}
+def answer_body(question) -> dict:
+    return {"image": b64(encode_image(question.image)), "question": question.question}
+
+
+def ask(url: str, question, options: dict | None = None) -> requests.Response:
+    body = answer_body(question)
     if options is not None:
         body["options"] = options
-    return requests.post(f"{URL}/v1/answer", json=body, timeout=60)
+    return requests.post(f"{url}/v1/answer", json=body, timeout=60)
 
 
 def test_answers_over_http_as_the_offline_greedy_path(endpoint, trained_run, test_questions, synth_dir):
@@ -85,32 +115,39 @@ def test_answers_over_http_as_the_offline_greedy_path(endpoint, trained_run, tes
     offline = greedy_batch(LocalPipeline.from_config(cfg, checkpoint=checkpoint), test_questions)
     kb_ids = {doc.doc_id for doc in load_kb(synth_dir)}
     for question, expected in zip(test_questions, offline):
-        reply = ask(question)
+        reply = ask(endpoint, question)
         assert reply.status_code == 200, reply.text
         body = reply.json()
         assert (body["answer"], body["query"]) == (expected["answer"], expected["query"])
         assert [e["doc_id"] for e in body["evidence"]] == expected["selected"]
         assert {e["doc_id"] for e in body["evidence"]} <= kb_ids
         assert all(e["title"] and e["snippet"] and -1.0 <= e["score"] <= 1.0 for e in body["evidence"])
-        assert set(body["timings_ms"]) == STAGES
+        assert set(body["timings_ms"]) == TIMINGS
         assert body["timings_ms"]["total"] >= sum(v for k, v in body["timings_ms"].items() if k != "total")
         assert body["versions"]["policy_version"] == 1
 
-        upload = requests.post(f"{URL}/v1/answer", files={"image": ("q.png", encode_image(question.image))},
+        upload = requests.post(f"{endpoint}/v1/answer", files={"image": ("q.png", encode_image(question.image))},
                                data={"question": question.question}, timeout=60)
         assert upload.status_code == 200, upload.text
         assert (upload.json()["answer"], upload.json()["evidence"]) == (body["answer"], body["evidence"])
 
+        # A chunked body, sent without a Content-Length, is read in full like any other.
+        payload = json.dumps(answer_body(question)).encode()
+        chunked = requests.post(f"{endpoint}/v1/answer", data=iter([payload[:100], payload[100:]]),
+                                headers={"content-type": "application/json"}, timeout=60)
+        assert chunked.status_code == 200, chunked.text
+        assert chunked.json()["answer"] == body["answer"]
+
 
 def test_options_limit_and_hide_the_evidence(endpoint, test_questions):
     question = test_questions[0]
-    full = ask(question).json()["evidence"]
+    full = ask(endpoint, question).json()["evidence"]
     assert len(full) >= 1
-    assert ask(question, {"max_docs": 1}).json()["evidence"] == full[:1]
-    assert ask(question, {"max_docs": 0}).json()["evidence"] == []
-    assert len(ask(question, {"top_k": 1}).json()["evidence"]) <= 1
-    hidden = ask(question, {"return_evidence": False}).json()
-    assert hidden["evidence"] == [] and hidden["answer"] == ask(question).json()["answer"]
+    assert ask(endpoint, question, {"max_docs": 1}).json()["evidence"] == full[:1]
+    assert ask(endpoint, question, {"max_docs": 0}).json()["evidence"] == []
+    assert len(ask(endpoint, question, {"top_k": 1}).json()["evidence"]) <= 1
+    hidden = ask(endpoint, question, {"return_evidence": False}).json()
+    assert hidden["evidence"] == [] and hidden["answer"] == ask(endpoint, question).json()["answer"]
 
 
 def png_bytes(width: int, height: int, noise: bool = False) -> bytes:
@@ -121,8 +158,36 @@ def png_bytes(width: int, height: int, noise: bool = False) -> bytes:
     return buffer.getvalue()
 
 
+def raw_request(head: str, body: bytes = b"", content_type: str = "application/json") -> dict:
+    """A request written byte for byte (lying lengths, unfinished chunks): `head` holds its length headers."""
+    headers = ["POST /v1/answer HTTP/1.1", "Host: 127.0.0.1", f"Content-Type: {content_type}", *([head] if head else [])]
+    return {"raw": "\r\n".join(headers).encode() + b"\r\n\r\n" + body}
+
+
+def send_raw(url: str, data: bytes) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of the reply to raw request bytes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(data)
+        reply = http.client.HTTPResponse(sock)
+        reply.begin()
+        return reply.status, dict(reply.getheaders()), reply.read()
+
+
+def multipart(parts: list[bytes], close: bool = True) -> bytes:
+    return b"".join(b"--xyz\r\n" + part + b"\r\n" for part in parts) + (b"--xyz--\r\n" if close else b"")
+
+
+def text_part(name: str, value: bytes) -> bytes:
+    return f'Content-Disposition: form-data; name="{name}"\r\n\r\n'.encode() + value
+
+
+def file_part(name: str, value: bytes) -> bytes:
+    return f'Content-Disposition: form-data; name="{name}"; filename="q.png"\r\n\r\n'.encode() + value
+
+
 def malformed_corpus(good_image: bytes) -> list[tuple[str, dict, int, str]]:
-    """(case, requests.post kwargs, expected status, expected error field)."""
+    """(case, requests.post kwargs or {"raw": request bytes}, expected status, expected error field)."""
     image = b64(good_image)
 
     def body(**fields) -> dict:
@@ -133,18 +198,38 @@ def malformed_corpus(good_image: bytes) -> list[tuple[str, dict, int, str]]:
         del payload[name]
         return {"json": payload}
 
+    def json_bytes(text: bytes) -> dict:
+        return {"data": text, "headers": {"content-type": "application/json"}}
+
+    def with_raw(field_json: bytes) -> dict:
+        """The good body with one more raw JSON member (for what `json=` cannot write)."""
+        return json_bytes(b'{"image": "' + image.encode() + b'", "question": "why?", ' + field_json + b"}")
+
     def form(files: dict, data: dict) -> dict:
         return {"files": files, "data": data}
 
-    json_type = {"headers": {"content-type": "application/json"}}
+    upload = [text_part("question", b"why?"), file_part("image", good_image)]
+    not_utf8 = multipart([text_part("question", b"\xff"), upload[1]])
+    form_type = "multipart/form-data; boundary=xyz"
     big_noise = png_bytes(128, 128, noise=True)
     assert len(big_noise) > 30000
     return [
-        ("broken JSON", {"data": b'{"image": ', **json_type}, 400, "body"),
-        ("not UTF-8", {"data": b"\xff\xfe\x00", **json_type}, 400, "body"),
+        ("broken JSON", json_bytes(b'{"image": '), 400, "body"),
+        ("not UTF-8", json_bytes(b"\xff\xfe\x00"), 400, "body"),
+        ("invalid UTF-8 inside a string", with_raw(b'"options": {}, "x": "\xff\xfe"'), 400, "body"),
+        ("lone surrogate escape", json_bytes(b'{"image": "a", "question": "\\ud800"}'), 400, "body"),
+        ("50,000 nested arrays", json_bytes(b"[" * 50_000 + b"]" * 50_000), 400, "body"),
+        ("5,000 nested objects", json_bytes(b'{"a":' * 5000 + b"1" + b"}" * 5000), 400, "body"),
+        ("deep nesting inside a field", with_raw(b'"options": ' + b"[" * 3000 + b"]" * 3000), 400, "body"),
+        ("a number of 5,000 digits", with_raw(b'"options": {"top_k": ' + b"9" * 5000 + b"}"), 400, "body"),
+        ("top_k of 30 digits", body(options={"top_k": 10 ** 30}), 422, "options.top_k"),
+        ("top_k 1e999", with_raw(b'"options": {"top_k": 1e999}'), 422, "options.top_k"),
+        ("top_k NaN", with_raw(b'"options": {"top_k": NaN}'), 422, "options.top_k"),
+        ("max_docs -1e308", with_raw(b'"options": {"max_docs": -1e308}'), 422, "options.max_docs"),
         ("JSON array", {"json": [1, 2]}, 422, "body"),
         ("JSON string", {"json": "hello"}, 422, "body"),
-        ("JSON null", {"data": b"null", **json_type}, 422, "body"),
+        ("JSON null", json_bytes(b"null"), 422, "body"),
+        ("empty JSON body", json_bytes(b""), 400, "body"),
         ("no content type", {"data": b"{}"}, 415, "content-type"),
         ("text/plain", {"data": b"hi", "headers": {"content-type": "text/plain"}}, 415, "content-type"),
         ("missing image", without("image"), 422, "image"),
@@ -181,38 +266,162 @@ def malformed_corpus(good_image: bytes) -> list[tuple[str, dict, int, str]]:
         ("upload non-image file", form({"image": ("a.png", b"GIF89a?")}, {"question": "why?"}), 422, "image"),
         ("upload bad options JSON", form({"image": ("a.png", good_image)}, {"question": "why?", "options": "{"}),
          422, "options"),
+        ("upload options nested deep", form({"image": ("a.png", good_image)},
+                                            {"question": "why?", "options": "[" * 5000 + "]" * 5000}), 422, "options"),
+        ("upload option out of range", form({"image": ("a.png", good_image)},
+                                            {"question": "why?", "options": '{"top_k": 1e999}'}), 422, "options.top_k"),
         ("upload without question", form({"image": ("a.png", good_image)}, {}), 422, "question"),
+        ("upload question not UTF-8", raw_request(f"Content-Length: {len(not_utf8)}", not_utf8, form_type), 400,
+         "question"),
+        ("upload given twice", form({"image": ("a.png", good_image)}, {"question": ["why?", "how?"]}), 422,
+         "question"),
+        ("truncated upload", raw_request(f"Content-Length: {len(multipart(upload, close=False))}",
+                                         multipart(upload, close=False), form_type), 400, "body"),
+        ("upload cut inside the image", raw_request(f"Content-Length: {len(multipart(upload)[:-40])}",
+                                                    multipart(upload)[:-40], form_type), 400, "body"),
+        ("upload without a boundary", {"data": b"x", "headers": {"content-type": "multipart/form-data"}}, 400,
+         "content-type"),
+        ("upload that is not multipart", {"data": b"hello --xyz--", "headers": {"content-type": form_type}}, 400,
+         "body"),
+        ("body longer than the limit, chunked", {"data": iter([b"[" * 8192] * 16), "headers": {
+            "content-type": "application/json"}}, 413, "body"),
+        ("Content-Length over the limit", raw_request("Content-Length: 1000000000", b"{}"), 413, "body"),
+        ("body shorter than its Content-Length", raw_request("Content-Length: 1000", b'{"image": '), 408, "body"),
+        ("chunked body that stops mid-way", raw_request("Transfer-Encoding: chunked", b'9\r\n{"image":\r\n'),
+         408, "body"),
+        ("no length and no body", raw_request(""), 400, "body"),
     ]
 
 
 def test_malformed_requests_get_a_4xx_naming_the_field(endpoint, test_questions):
     question = test_questions[0]
-    before = ask(question)
+    before = ask(endpoint, question)
     assert before.status_code == 200
     corpus = malformed_corpus(encode_image(question.image))
-    assert len(corpus) >= 30
+    assert len(corpus) >= 60
     wrong = []
     for case, kwargs, status, field in corpus:
-        reply = requests.post(f"{URL}/v1/answer", timeout=60, **kwargs)
-        error = reply.json().get("error", {}) if reply.headers.get("content-type") == "application/json" else {}
-        if (reply.status_code, error.get("field")) != (status, field) or not error.get("message"):
-            wrong.append((case, reply.status_code, reply.text[:200]))
-    assert wrong == []
-    after = ask(question)
+        if "raw" in kwargs:
+            got, headers, content = send_raw(endpoint, kwargs["raw"])
+        else:
+            reply = requests.post(f"{endpoint}/v1/answer", timeout=60, **kwargs)
+            got, headers, content = reply.status_code, reply.headers, reply.content
+        error = json.loads(content).get("error", {}) if headers.get("content-type") == "application/json" else {}
+        if (got, error.get("field")) != (status, field) or not error.get("message"):
+            wrong.append((case, got, content[:200]))
+    assert wrong == [], "\n".join(map(str, wrong))
+    after = ask(endpoint, question)
     assert after.status_code == 200 and after.json()["answer"] == before.json()["answer"]
 
 
-def test_health_info_and_openapi(endpoint, trained_run, synth_dir):
+def test_health_info_and_an_openapi_document_generated_from_the_models(endpoint, trained_run, synth_dir):
+    from mmrag.serving.schema import AnswerBody, AnswerReply, AnswerUpload
+
     cfg, checkpoint, _ = trained_run
-    assert requests.get(f"{URL}/healthz", timeout=10).json() == {"status": "ok"}
-    info = requests.get(f"{URL}/v1/info", timeout=10).json()
+    assert requests.get(f"{endpoint}/healthz", timeout=10).json() == {"status": "ok"}
+    info = requests.get(f"{endpoint}/v1/info", timeout=10).json()
     assert info["kb_size"] == len(load_kb(synth_dir)) == 144
     assert info["checkpoint"]["policy_version"] == 1 and info["index"]["num_shards"] == cfg.index.num_shards
     assert info["defaults"] == {"top_k": cfg.index.top_k, "max_docs": cfg.reranker.max_docs, "return_evidence": True}
-    schema = requests.get(f"{URL}/openapi.json", timeout=10).json()
-    content = schema["paths"]["/v1/answer"]["post"]["requestBody"]["content"]
-    assert set(content) == {"application/json", "multipart/form-data"}
-    assert {"/healthz", "/v1/info"} <= set(schema["paths"])
+    document = requests.get(f"{endpoint}/openapi.json", timeout=10).json()
+    answer = document["paths"]["/v1/answer"]["post"]
+    content = answer["requestBody"]["content"]
+    assert content == {"application/json": {"schema": {"$ref": "#/components/schemas/AnswerBody"}},
+                       "multipart/form-data": {"schema": {"$ref": "#/components/schemas/AnswerUpload"}}}
+    _, models = models_json_schema([(AnswerBody, "validation"), (AnswerUpload, "validation")],
+                                   ref_template="#/components/schemas/{model}")
+    schemas = document["components"]["schemas"]
+    assert {name: schemas[name] for name in models["$defs"]} == models["$defs"]
+    assert answer["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{AnswerReply.__name__}"}
+    assert {"400", "413", "422", "503"} <= set(answer["responses"])
+    assert {"/healthz", "/v1/info"} <= set(document["paths"])
+    missing = requests.get(f"{endpoint}/v2/answer", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "path"
+
+
+def test_requests_beyond_the_queue_bound_get_503_with_retry_after(endpoint, trained_run, test_questions):
+    cfg, _, _ = trained_run
+    body = answer_body(test_questions[0])
+    replies: list[requests.Response] = []
+
+    def send() -> None:
+        replies.append(requests.post(f"{endpoint}/v1/answer", json=body, timeout=60))
+
+    # 4 admitted (2 worked on by the ingress, 2 queued in the proxy): most of 24 at once are refused.
+    clients = [threading.Thread(target=send) for _ in range(24)]
+    for client in clients:
+        client.start()
+    for client in clients:
+        client.join()
+    statuses = [reply.status_code for reply in replies]
+    assert len(statuses) == 24 and set(statuses) == {200, 503}, statuses
+    assert all(reply.headers.get("Retry-After") == str(cfg.serving.retry_after_s)
+               for reply in replies if reply.status_code == 503)
+    assert ask(endpoint, test_questions[0]).status_code == 200
+
+
+def replica_pid(deployment: str) -> int:
+    import ray
+
+    (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#")]
+    handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
+    return ray.get(handle.__ray_call__.remote(lambda replica: os.getpid()), timeout=30)
+
+
+def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refused(endpoint, test_questions):
+    before = [ask(endpoint, question).json()["answer"] for question in test_questions]
+    outcomes: list[tuple[float, float, int, str | None]] = []
+    stop = threading.Event()
+
+    def keep_asking() -> None:
+        session = requests.Session()
+        while not stop.is_set():
+            begin = time.monotonic()
+            reply = session.post(f"{endpoint}/v1/answer", json=answer_body(test_questions[0]), timeout=90)
+            outcomes.append((begin, time.monotonic(), reply.status_code, reply.headers.get("Retry-After")))
+
+    clients = [threading.Thread(target=keep_asking) for _ in range(2)]
+    for client in clients:
+        client.start()
+    time.sleep(1.0)
+    killed = replica_pid(GROUP)
+    killed_at = time.monotonic()
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 90
+    while not any(begin > killed_at and status == 200 for begin, _, status, _ in outcomes):
+        assert time.monotonic() < deadline, "no answer within 90 s of the kill"
+        time.sleep(0.5)
+    stop.set()
+    for client in clients:
+        client.join()
+    assert replica_pid(GROUP) != killed
+    assert any(begin < killed_at < end for begin, end, _, _ in outcomes), "no request was in flight at the kill"
+    assert {status for _, _, status, _ in outcomes} <= {200, 503}, outcomes
+    assert all(retry_after for _, _, status, retry_after in outcomes if status == 503)
+    assert [ask(endpoint, question).json()["answer"] for question in test_questions] == before
+
+
+def test_stages_split_across_the_ingress_deployments_and_shards_answer_as_one_deployment(endpoint, trained_run,
+                                                                                          test_questions):
+    """The first group in the ingress, the retrieval shards in deployments of their own, then one more group;
+    the image by reference to its two readers."""
+    from ray import serve
+
+    from actors.serving.app import pipeline_app
+
+    cfg, checkpoint, config_path = trained_run
+    split = load_config(config_path, ["serving.stage_groups=[[translate, encode], [retrieve], [rerank, generate]]",
+                                      "serving.first_group_in_ingress=true", "serving.image_reference_min_bytes=0"])
+    serve.run(pipeline_app(split, checkpoint), name="split", route_prefix="/split")
+    try:
+        for question in test_questions:
+            one, five = ask(endpoint, question).json(), ask(f"{endpoint}/split", question).json()
+            assert (five["answer"], five["query"], five["evidence"]) == (one["answer"], one["query"], one["evidence"])
+            assert five["timings_ms"]["transfer"] > 0
+    finally:
+        serve.delete("split")
 
 
 def test_builder_names_bad_args():
@@ -224,3 +433,84 @@ def test_builder_names_bad_args():
         build_app({"checkpoint": "x", "replicas": 2})
     with pytest.raises(FileNotFoundError, match="no index manifest"):
         build_app({"checkpoint": "/nonexistent/export", "set": [f"index.dir={ROOT / 'nope'}"]})
+    with pytest.raises(ValueError, match="serving.stage_groups: expected non-empty groups"):
+        build_app({"checkpoint": "x", "set": ["serving.stage_groups=[[translate], [generate]]"]})
+    with pytest.raises(ValueError, match=r"group \['rerank', 'generate'\] needs 1.5 GPUs"):
+        build_app({"checkpoint": "x", "set": ["serving.stage_groups=[[translate, encode, retrieve], [rerank, generate]]",
+                                              "reranker.num_gpus=0.5", "generator.num_gpus=1"]})
+
+
+@contextlib.contextmanager
+def serving_process(config_path: Path, checkpoint: str, logs: Path, *options: str) -> Iterator[subprocess.Popen]:
+    """`python -m pipelines.serve` in its own session (so only the signals sent here reach it), logs to files;
+    whatever happens in the test, its process group (and a Ray it started) is gone afterwards."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", str(config_path),
+                                "--checkpoint", checkpoint, *options], cwd=ROOT, env=env, start_new_session=True,
+                               stdout=(logs / "stdout").open("w"), stderr=(logs / "stderr").open("w"))
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_healthy(process: subprocess.Popen, url: str, logs: Path) -> None:
+    deadline = time.monotonic() + 240
+    while True:
+        assert process.poll() is None, (logs / "stderr").read_text()[-3000:]
+        assert time.monotonic() < deadline, "mmrag serve did not come up within 240 s"
+        try:
+            if requests.get(url, timeout=5).status_code == 200:
+                return
+        except requests.RequestException:  # not listening yet, or still starting up
+            pass
+        time.sleep(1)
+
+
+def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path) -> tuple[str, str]:
+    """Send `signum`; the command must exit 0 within 10 s without a stack dump. Its (stdout, stderr)."""
+    begin = time.monotonic()
+    process.send_signal(signum)
+    status = process.wait(timeout=10)
+    elapsed = time.monotonic() - begin
+    out, err = (logs / "stdout").read_text(), (logs / "stderr").read_text()
+    assert status == 0 and elapsed < 10, (status, elapsed, err[-3000:])
+    assert "Traceback" not in err and "*** SIG" not in err, err[-3000:]
+    return out, err
+
+
+def test_sigterm_stops_serve_deletes_the_application_and_shuts_down_the_ray_it_started(trained_run, tmp_path):
+    cfg, checkpoint, config_path = trained_run
+    port = free_port()
+    with serving_process(config_path, checkpoint, tmp_path, "--set", f"serving.port={port}") as process:
+        wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
+        out, _ = stop_within_10_s(process, signal.SIGTERM, tmp_path)
+    assert "deleting the application 'mmrag'; then shutting down the Ray this command started" in out
+    # Ray's processes end as it shuts down: soon nothing listens on the port.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        except requests.ConnectionError:
+            break
+        except requests.Timeout:
+            pass
+        assert time.monotonic() < deadline, "the HTTP proxy still answers 10 s after mmrag serve exited"
+        time.sleep(0.5)
+
+
+def test_ctrl_c_stops_serve_on_a_joined_cluster_and_leaves_the_cluster_running(endpoint, trained_run, tmp_path):
+    import ray
+    from ray import serve
+
+    _, checkpoint, config_path = trained_run
+    with serving_process(config_path, checkpoint, tmp_path, "--address", ray.get_runtime_context().gcs_address,
+                         "--name", "signal-test", "--route-prefix", "/signal-test") as process:
+        wait_healthy(process, f"{endpoint}/signal-test/healthz", tmp_path)
+        out, _ = stop_within_10_s(process, signal.SIGINT, tmp_path)
+    assert "deleting the application 'signal-test'; the cluster keeps running" in out
+    assert "signal-test" not in serve.status().applications
+    assert requests.get(f"{endpoint}/healthz", timeout=10).status_code == 200

@@ -1,8 +1,9 @@
 """Ray Serve deployments of a trained pipeline: one role per module, composed in `app.py`.
 
-Each model deployment wraps the same component the offline `LocalPipeline` loads and
-groups concurrent requests with `@serve.batch`; the ingress validates HTTP input
-(`mmrag.serving.request`) and calls the stages in the greedy inference order.
+Each stage-group deployment runs some consecutive stages of the offline greedy path in
+process (`serving.stage_groups`) and groups concurrent requests with `@serve.batch`; the
+ingress validates HTTP input (`mmrag.serving.body`, `.request`) and sends each request
+through the groups in inference order (`stage_path.py`).
 """
 
 from __future__ import annotations

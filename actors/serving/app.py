@@ -1,10 +1,13 @@
-"""The Serve application of a trained pipeline: every deployment placed and bound to the ingress.
+"""The Serve application of a trained pipeline: the stage-group deployments placed and bound to the ingress.
 
 `pipeline_app(cfg, checkpoint)` is what `mmrag serve` runs; `build_app(args)` is the
 application builder that configs/serve/local.yaml names for `serve run` / `serve deploy`.
-Replicas and GPUs per deployment come from the config (`serving.*_replicas`,
-`serving.replica_num_cpus`, and each stage's own `num_gpus`); there is one retrieval
-deployment per index shard.
+One deployment per entry of `serving.stage_groups` (a group of only `retrieve`: one per
+index shard), each replica running its stages in process; with `serving.first_group_in_ingress`
+the ingress replicas run the first group themselves. A group's replicas are the
+largest `serving.*_replicas` of its stages and its GPUs the sum of its stages' `num_gpus`.
+The ingress queues at most `serving.max_queued_requests` beyond what its replicas work on;
+Serve refuses the rest with 503 and Retry-After.
 """
 
 from __future__ import annotations
@@ -14,19 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from ray.serve import Application
+from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Deployment
 
-from actors.serving.encoder import QueryEncoderDeployment
-from actors.serving.generator import GeneratorDeployment
 from actors.serving.ingress import AnswerIngress
-from actors.serving.reranker import RerankerDeployment
 from actors.serving.retrieval import RetrievalShardDeployment
-from actors.serving.translator import TranslatorDeployment
+from actors.serving.stages import StageGroupDeployment
 from mmrag.config import Config, load_config
 from mmrag.retrieval.manifest import Manifest
 from mmrag.serving.info import answer_versions, service_info
+from mmrag.serving.state import check_stage_groups
 
 BUILDER_ARGS = ("config", "checkpoint", "set")
+SHUTDOWN_POLL_S = 0.5
+"""How often a stopping replica checks whether its requests are done (Serve's default, 2 s, slows every stop)."""
 
 
 def build_app(args: dict[str, Any]) -> Application:
@@ -43,29 +47,54 @@ def build_app(args: dict[str, Any]) -> Application:
 
 
 def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
-    """Bind translator, encoder, one deployment per retrieval shard, reranker and generator to the ingress."""
+    """Bind one deployment per stage group (per shard for a lone `retrieve`) to the ingress."""
     cfg = _with_absolute_paths(cfg)
     checkpoint = str(Path(checkpoint).expanduser().resolve())
-    manifest = Manifest.read(cfg.index.dir)
     serving = cfg.serving
+    check_stage_groups(serving.stage_groups)
+    replicas = {"translate": serving.translator_replicas, "encode": serving.encoder_replicas,
+                "retrieve": serving.shard_replicas, "rerank": serving.reranker_replicas,
+                "generate": serving.generator_replicas}
+    gpus = {"translate": cfg.translator.num_gpus, "encode": cfg.encoder.num_gpus, "retrieve": cfg.index.shard_num_gpus,
+            "rerank": cfg.reranker.num_gpus, "generate": cfg.generator.num_gpus}
 
-    def placed(deployment: Deployment, replicas: int, num_gpus: float, name: str | None = None) -> Deployment:
-        return deployment.options(name=name or deployment.name, num_replicas=replicas,
-                                  max_ongoing_requests=serving.max_ongoing_requests, ray_actor_options={
-                                      "num_cpus": serving.replica_num_cpus, "num_gpus": num_gpus})
+    def placed(deployment: Deployment, name: str, stages: list[str], least_replicas: int = 1, **options) -> Deployment:
+        return deployment.options(
+            name=name, num_replicas=max([least_replicas, *(replicas[stage] for stage in stages)]),
+            max_ongoing_requests=serving.max_ongoing_requests, health_check_period_s=serving.health_check_period_s,
+            graceful_shutdown_timeout_s=serving.graceful_shutdown_timeout_s,
+            graceful_shutdown_wait_loop_s=min(SHUTDOWN_POLL_S, serving.graceful_shutdown_timeout_s),
+            ray_actor_options={"num_cpus": serving.replica_num_cpus, "num_gpus": sum(gpus[s] for s in stages)},
+            **options)
 
-    shards = [placed(RetrievalShardDeployment, serving.shard_replicas, cfg.index.shard_num_gpus,
-                     f"RetrievalShard{number}").bind(cfg, entry) for number, entry in enumerate(manifest.shards)]
-    return placed(AnswerIngress, serving.ingress_replicas, 0.0).bind(
-        placed(TranslatorDeployment, serving.translator_replicas, cfg.translator.num_gpus).bind(cfg, checkpoint),
-        placed(QueryEncoderDeployment, serving.encoder_replicas, cfg.encoder.num_gpus).bind(cfg),
-        shards,
-        placed(RerankerDeployment, serving.reranker_replicas, cfg.reranker.num_gpus).bind(cfg, checkpoint),
-        placed(GeneratorDeployment, serving.generator_replicas, cfg.generator.num_gpus).bind(cfg),
-        cfg,
-        service_info(cfg, manifest, checkpoint),
-        answer_versions(manifest, checkpoint),
-    )
+    for stages in serving.stage_groups:
+        group_gpus = sum(gpus[stage] for stage in stages)
+        if group_gpus > 1 and not float(group_gpus).is_integer():
+            raise ValueError(f"serving.stage_groups: group {stages} needs {group_gpus:g} GPUs (the sum of its stages' "
+                             "num_gpus); a replica takes a fraction of one GPU or whole GPUs: regroup the stages")
+    manifest = Manifest.read(cfg.index.dir)
+    handles = []
+    for number, stages in enumerate(serving.stage_groups):
+        if number == 0 and serving.first_group_in_ingress:
+            handles.append([])
+        elif stages == ["retrieve"]:
+            handles.append([placed(RetrievalShardDeployment, f"RetrievalShard{shard}", stages).bind(cfg, entry)
+                            for shard, entry in enumerate(manifest.shards)])
+        else:
+            handles.append([placed(StageGroupDeployment, "+".join(stages), stages).bind(cfg, checkpoint, stages)])
+    ingress = placed(AnswerIngress, "AnswerIngress", serving.stage_groups[0] if serving.first_group_in_ingress else [],
+                     least_replicas=serving.ingress_replicas, max_queued_requests=serving.max_queued_requests,
+                     backpressure_config=BackpressureConfig(retry_after_s=serving.retry_after_s))
+    return ingress.bind(serving.stage_groups, handles, cfg, checkpoint, service_info(cfg, manifest, checkpoint),
+                        answer_versions(manifest, checkpoint))
+
+
+def http_options(cfg: Config) -> dict[str, Any]:
+    """Serve's HTTP proxy: where it listens, and its end-to-end timeout, a backstop past the ingress's own
+    (body arrival plus pipeline deadline), so that no request waits forever in the proxy's queue either."""
+    serving = cfg.serving
+    return {"host": serving.host, "port": serving.port,
+            "request_timeout_s": serving.body_timeout_s + serving.request_timeout_s}
 
 
 def _with_absolute_paths(cfg: Config) -> Config:
@@ -73,4 +102,3 @@ def _with_absolute_paths(cfg: Config) -> Config:
     index = dataclasses.replace(cfg.index, dir=str(Path(cfg.index.dir).expanduser().resolve()))
     zoo = dataclasses.replace(cfg.zoo, cache_dir=str(Path(cfg.zoo.cache_dir).expanduser().resolve()))
     return dataclasses.replace(cfg, index=index, zoo=zoo)
-

@@ -1,122 +1,110 @@
 """AnswerIngress: the HTTP front of the Serve application (FastAPI; OpenAPI at /openapi.json, /docs).
 
-`POST /v1/answer` validates the request (`mmrag.serving.request`: a 4xx JSON error naming
-the field on bad input), then runs the greedy inference path over the model deployments in
-the order `greedy_batch` uses offline: translator -> encoder -> every retrieval shard
-(merged with `merge_topk`) -> reranker -> generator, timing each stage.
-`GET /healthz` and `GET /v1/info` report liveness and what is being served.
+`POST /v1/answer` reads and validates the request (`mmrag.serving.body`: a 4xx JSON error
+naming the field on bad input, bounded in size and arrival time), then sends it through the
+stage groups in the greedy inference order (`StagePath`: translate -> encode -> retrieve ->
+rerank -> generate; their deployments, and with `serving.first_group_in_ingress` the first
+group right here) and replies with the answer, the evidence and the time each step took. A
+request the pipeline cannot answer within `serving.request_timeout_s` (replicas down or
+restarting) gets a 503 with Retry-After. `GET /healthz` and `GET /v1/info` report liveness
+and what is being served. Request and reply bodies are the pydantic models of
+`mmrag.serving.schema`; unknown paths and methods get the same error body as bad input.
 
 No `from __future__ import annotations` here: FastAPI must see the real `Request` class
 in the route signatures to inject the request.
 """
 
-import asyncio
 import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
-from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
+from actors.serving import configure_batching, prepare_replica
+from actors.serving.stage_path import ServiceUnavailable, StageCall, StagePath
+from actors.serving.stages import run_group
 from mmrag.config import Config
-from mmrag.retrieval.merge import Hit, merge_topk
-from mmrag.serving.openapi import ANSWER_OPENAPI
-from mmrag.serving.request import AnswerRequest, RequestError, RequestLimits, parse_form, parse_json_body
-from mmrag.serving.response import answer_body, evidence_of
+from mmrag.serving.body import read_answer_request
+from mmrag.serving.openapi import openapi_with_request_models, request_body_openapi
+from mmrag.serving.request import RequestError, RequestLimits
+from mmrag.serving.response import answer_reply
+from mmrag.serving.schema import AnswerReply, ErrorReply, Health
+from mmrag.serving.stages import GreedyStages
+from mmrag.serving.state import StageState
 
 api = FastAPI(title="mmrag", version="1",
               description="Knowledge-based visual question answering: image + question in, "
                           "answer + evidence + translated query out.")
+api.openapi = lambda: openapi_with_request_models(api)
+
+ERROR_RESPONSES = {status: {"model": ErrorReply, "description": description} for status, description in {
+    400: "the body is not valid JSON or multipart/form-data", 408: "the body did not arrive in time",
+    413: "the body or the image is over its size limit", 415: "neither JSON nor multipart/form-data",
+    422: "a field is missing, of the wrong type or out of range",
+    503: "the queue is full or the pipeline did not answer in time: retry after `Retry-After` seconds"}.items()}
 
 
-class _StageClock:
-    """Milliseconds per stage of one request, and the total."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.ms: dict[str, float] = {}
-
-    async def run(self, stage: str, pending) -> Any:
-        begin = time.perf_counter()
-        result = await pending
-        self.ms[stage] = (time.perf_counter() - begin) * 1000
-        return result
-
-    def totals(self) -> dict[str, float]:
-        return {**self.ms, "total": (time.perf_counter() - self.start) * 1000}
+def error_response(error: RequestError, retry_after_s: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
-async def _form_fields(request: Request) -> dict[str, bytes | str]:
-    """Multipart parts by name: file parts as bytes, text parts as str; a repeated name is an error."""
-    try:
-        form = await request.form(max_files=2, max_fields=8)
-    except Exception as exc:  # Starlette raises several parser exception types for malformed bodies.
-        raise RequestError("body", f"not a valid multipart/form-data body ({exc})", 400) from None
-    fields: dict[str, bytes | str] = {}
-    for name, value in form.multi_items():
-        if name in fields:
-            raise RequestError(name, "given more than once")
-        fields[name] = await value.read() if isinstance(value, UploadFile) else value
-    return fields
+@api.exception_handler(HTTPException)
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Unknown paths and methods: the API's error body instead of Starlette's."""
+    return error_response(RequestError("path", f"{request.method} {request.url.path}: {exc.detail}", exc.status_code))
 
 
 @serve.deployment
 @serve.ingress(api)
 class AnswerIngress:
-    def __init__(self, translator, encoder, shards: list, reranker, generator, cfg: Config,
+    def __init__(self, groups: list[list[str]], handles: list[list], cfg: Config, checkpoint: str,
                  info: dict[str, Any], versions: dict[str, Any]):
-        self.translator, self.encoder, self.shards = translator, encoder, shards
-        self.reranker, self.generator = reranker, generator
+        serving = cfg.serving
+        calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
+        if serving.first_group_in_ingress:
+            self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], prepare_replica(cfg))
+            configure_batching(self.run_first_group, serving)
+            calls[0] = StageCall(groups[0], local=self.run_first_group)
+        self.path = StagePath(calls, serving.image_reference_min_bytes, serving.request_timeout_s)
         self.limits = RequestLimits.from_config(cfg)
-        self.snippet_chars = cfg.serving.snippet_chars
-        # Base64 inflates by 4/3; leave room for the question and the JSON around them.
-        self.max_body_bytes = cfg.serving.max_image_bytes * 4 // 3 + cfg.serving.max_question_chars * 4 + 65536
+        self.body_timeout_s, self.retry_after_s = serving.body_timeout_s, serving.retry_after_s
+        self.snippet_chars = serving.snippet_chars
         self.info_body, self.versions = info, versions
 
-    @api.get("/healthz")
-    async def healthz(self) -> dict[str, str]:
-        return {"status": "ok"}
+    @serve.batch
+    async def run_first_group(self, states: list[StageState]) -> list[StageState]:
+        """The first stage group, run here (`serving.first_group_in_ingress`), batched like a group deployment's."""
+        return await run_group(self.first_group, states)
+
+    @api.get("/healthz", response_model=Health)
+    async def healthz(self) -> Health:
+        return Health(status="ok")
 
     @api.get("/v1/info")
     async def info(self) -> dict[str, Any]:
+        """Models, knowledge base size, checkpoint, request limits and option defaults."""
         return self.info_body
 
-    @api.post("/v1/answer", openapi_extra=ANSWER_OPENAPI)
-    async def answer(self, request: Request) -> JSONResponse:
+    @api.post("/v1/answer", response_model=AnswerReply, responses=ERROR_RESPONSES,
+              openapi_extra=request_body_openapi())
+    async def answer(self, request: Request) -> Any:
+        """Answer a question about an image from retrieved evidence (JSON with a base64 image, or a multipart upload)."""
+        begin = time.perf_counter()
         try:
-            parsed = await self._parse(request)
-        except RequestError as err:
-            return JSONResponse(err.body(), status_code=err.status)
-        return JSONResponse(await self._greedy_path(parsed))
-
-    async def _parse(self, request: Request) -> AnswerRequest:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            raise RequestError("body", f"{length} bytes, over the limit of {self.max_body_bytes}", 413)
-        content_type = request.headers.get("content-type", "")
-        if content_type.startswith("application/json"):
-            return parse_json_body(await request.body(), self.limits)
-        if content_type.startswith("multipart/form-data"):
-            return parse_form(await _form_fields(request), self.limits)
-        raise RequestError("content-type", f"expected application/json or multipart/form-data, "
-                                           f"got {content_type or 'none'!r}", 415)
-
-    async def _greedy_path(self, req: AnswerRequest) -> dict[str, Any]:
-        clock = _StageClock()
-        query = await clock.run("translate", self.translator.greedy.remote(req.image, req.question))
-        vector = await clock.run("encode", self.encoder.encode_text.remote(query))
-        hits = await clock.run("retrieve", self._search(vector, req.options.top_k))
-        selection = await clock.run("rerank", self.reranker.greedy.remote(req.image, req.question, query, hits))
-        # Greedy selection keeps candidates in descending order until STOP, so a smaller
-        # max_docs is exactly a prefix of the selection at the trained limit.
-        selection = tuple(selection[:req.options.max_docs])
-        answer = await clock.run("generate", self.generator.answer.remote(
-            req.image, req.question, [hits[j].text for j in selection]))
-        evidence = evidence_of(hits, selection, self.snippet_chars) if req.options.return_evidence else []
-        return answer_body(answer, query, evidence, clock.totals(), self.versions)
-
-    async def _search(self, vector, k: int) -> list[Hit]:
-        per_shard = await asyncio.gather(*(shard.search.remote(vector, k) for shard in self.shards))
-        return merge_topk([[hits] for hits in per_shard], k)[0]
-
+            req = await read_answer_request(request.headers, request.stream(), self.limits, self.body_timeout_s)
+        except RequestError as error:
+            return error_response(error)
+        parse_ms = (time.perf_counter() - begin) * 1000
+        state = StageState(image=req.image, question=req.question, top_k=req.top_k, max_docs=req.max_docs)
+        try:
+            state, transfer_ms = await self.path.run(state)
+        except ServiceUnavailable as exc:
+            return error_response(RequestError(None, str(exc), 503), self.retry_after_s)
+        timings = {"parse": parse_ms, **state.stage_ms, "transfer": transfer_ms,
+                   "total": (time.perf_counter() - begin) * 1000}
+        # Built from validated parts already: sent as is, not validated again against `response_model`.
+        reply = answer_reply(state, req.return_evidence, timings, self.snippet_chars, self.versions)
+        return Response(reply.model_dump_json(), media_type="application/json")

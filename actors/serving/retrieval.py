@@ -1,7 +1,8 @@
-"""RetrievalShardDeployment: one FAISS shard of the index; the ingress scatters to all and merges.
+"""RetrievalShardDeployment: one FAISS shard of the index, when `retrieve` is a stage group of its own.
 
-After the encoder: query vector -> this shard's top-k hits. The ingress gathers every
-shard's hits and merges them with `merge_topk`, as `LocalRetriever` and `RetrievalRouter` do.
+After the encoder's group: query vector -> this shard's top-k hits. The ingress scatters
+each vector to every shard and merges their hits with `merge_topk`, as `LocalRetriever`
+does in one process (the other layouts load every shard in the group's replicas).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from actors.serving import configure_batching
 from mmrag.config import Config
 from mmrag.retrieval.manifest import ShardEntry
 from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.shard import ShardSearcher
 
 
 @serve.deployment
 class RetrievalShardDeployment:
     def __init__(self, cfg: Config, entry: ShardEntry):
-        from mmrag.retrieval.shard import ShardSearcher
-
         self.searcher = ShardSearcher(cfg.index.dir, entry, cfg.index)
         configure_batching(self.search, cfg.serving)
 

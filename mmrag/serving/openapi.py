@@ -1,61 +1,39 @@
-"""OpenAPI description of `POST /v1/answer`, for the schema FastAPI serves at /openapi.json and /docs.
+"""The OpenAPI document of the serving API, generated from the pydantic models of `mmrag.serving.schema`.
 
-The endpoint reads its body itself (`mmrag.serving.request` validates JSON and multipart
-alike, with errors naming the field), so the request and reply shapes are declared here.
+FastAPI documents the replies from each route's `response_model` and `responses`; the
+`POST /v1/answer` body it cannot infer, because the endpoint reads the body itself to accept
+JSON and multipart alike and to bound its size and arrival time (`mmrag.serving.body`).
+`request_body_openapi` declares that body from `AnswerBody` and `AnswerUpload`, and
+`openapi_with_request_models` adds their JSON schemas to the document's components.
 """
 
 from __future__ import annotations
 
-OPTIONS_SCHEMA = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "top_k": {"type": "integer", "minimum": 1, "description": "candidates retrieved (default index.top_k)"},
-        "max_docs": {"type": "integer", "minimum": 0,
-                     "description": "most evidence documents kept (default and maximum reranker.max_docs)"},
-        "return_evidence": {"type": "boolean", "default": True},
-    },
-}
+from typing import Any
 
-ANSWER_OPENAPI = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {"schema": {
-                "type": "object",
-                "required": ["image", "question"],
-                "additionalProperties": False,
-                "properties": {
-                    "image": {"type": "string", "format": "byte", "description": "base64 image (PNG, JPEG, ...)"},
-                    "question": {"type": "string"},
-                    "options": OPTIONS_SCHEMA,
-                },
-            }},
-            "multipart/form-data": {"schema": {
-                "type": "object",
-                "required": ["image", "question"],
-                "properties": {
-                    "image": {"type": "string", "format": "binary"},
-                    "question": {"type": "string"},
-                    "options": {"type": "string", "description": "the options object as JSON text"},
-                },
-            }},
-        },
-    },
-    "responses": {
-        "200": {"description": "answer, evidence used, translated query, per-stage timings, versions",
-                "content": {"application/json": {"schema": {
-                    "type": "object",
-                    "properties": {
-                        "answer": {"type": "string"},
-                        "evidence": {"type": "array", "items": {"type": "object", "properties": {
-                            "doc_id": {"type": "string"}, "title": {"type": "string"},
-                            "snippet": {"type": "string"}, "score": {"type": "number"}}}},
-                        "query": {"type": "string"},
-                        "timings_ms": {"type": "object", "additionalProperties": {"type": "number"}},
-                        "versions": {"type": "object"},
-                    },
-                }}}},
-        "4XX": {"description": "bad input: {error: {field, message, status}}"},
-    },
-}
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
+
+from mmrag.serving.schema import AnswerBody, AnswerUpload
+
+REF = "#/components/schemas/{model}"
+
+
+def request_body_openapi() -> dict[str, Any]:
+    """The `openapi_extra` of `POST /v1/answer`: its two body encodings, by reference to the models."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": REF.format(model=AnswerBody.__name__)}},
+        "multipart/form-data": {"schema": {"$ref": REF.format(model=AnswerUpload.__name__)}},
+    }}}
+
+
+def openapi_with_request_models(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document for `app` plus the request models' schemas (cached on the app, as FastAPI does)."""
+    if app.openapi_schema is None:
+        document = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        _, definitions = models_json_schema([(AnswerBody, "validation"), (AnswerUpload, "validation")],
+                                            ref_template=REF)
+        document.setdefault("components", {}).setdefault("schemas", {}).update(definitions["$defs"])
+        app.openapi_schema = document
+    return app.openapi_schema

@@ -1,15 +1,13 @@
 """Validate one `POST /v1/answer` request and decode its image, before any model sees it.
 
-First step of serving: the HTTP ingress (actors/serving/ingress.py) hands the raw JSON
-body, or the fields of a multipart upload, to `parse_json_body` / `parse_form`; they return
-an `AnswerRequest` (a decoded RGB image, the question, the options with defaults filled in)
-or raise `RequestError` naming the offending field, which the ingress turns into a 4xx JSON
-error. No Ray and no models here, so every rule is unit-testable.
-
-JSON body: {"image": base64 string (a `data:image/...;base64,` prefix is allowed),
-            "question": string, "options": {"top_k": int, "max_docs": int, "return_evidence": bool}}
-Multipart: an `image` file part, a `question` text part, and an optional `options` part
-holding the same options object as JSON text.
+First step of serving: the ingress (actors/serving/ingress.py) reads the body
+(`mmrag.serving.body`) and hands the raw JSON bytes, or the fields of a multipart upload, to
+`parse_json_body` / `parse_form`. They validate against the pydantic models of
+`mmrag.serving.schema`, then the limits of the config, and return an `AnswerRequest` (a
+decoded RGB image, the question, the options with defaults filled in) or raise
+`RequestError` naming the offending field, which the ingress sends as a 4xx JSON error.
+JSON is parsed by pydantic's parser, which bounds nesting depth and number size and rejects
+invalid UTF-8, so no body reaches Python's recursive decoder. No Ray and no models here.
 """
 
 from __future__ import annotations
@@ -17,31 +15,29 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
+from pydantic import BaseModel, ValidationError
 
 from mmrag.config import Config
 from mmrag.data.dataset import decode_image
-
-REQUEST_FIELDS = ("image", "question", "options")
-OPTION_FIELDS = ("top_k", "max_docs", "return_evidence")
+from mmrag.serving.schema import AnswerBody, AnswerOptions, AnswerUpload
 
 
 class RequestError(ValueError):
     """A request the endpoint cannot answer; `field` names the part at fault, `status` is the HTTP code."""
 
-    def __init__(self, field: str, message: str, status: int = 422):
+    def __init__(self, field: str | None, message: str, status: int = 422):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
         self.status = status
 
     def body(self) -> dict[str, Any]:
-        """The JSON error body sent to the client."""
+        """The JSON error body sent to the client (`mmrag.serving.schema.ErrorReply`)."""
         return {"error": {"field": self.field, "message": self.message, "status": self.status}}
 
 
@@ -62,9 +58,16 @@ class RequestLimits:
         return cls(cfg.serving.max_image_bytes, cfg.serving.max_image_side, cfg.serving.max_question_chars,
                    cfg.serving.max_top_k, cfg.index.top_k, cfg.reranker.max_docs)
 
+    @property
+    def max_body_bytes(self) -> int:
+        """Largest body worth reading: a base64 image at the limit (4/3 inflation), the question, and room around."""
+        return self.max_image_bytes * 4 // 3 + self.max_question_chars * 4 + 65536
+
 
 @dataclass(frozen=True)
-class AnswerOptions:
+class AnswerRequest:
+    image: Image.Image
+    question: str
     top_k: int
     """Candidates retrieved and shown to the reranker."""
     max_docs: int
@@ -73,47 +76,18 @@ class AnswerOptions:
     """Include the evidence documents in the response."""
 
 
-@dataclass(frozen=True)
-class AnswerRequest:
-    image: Image.Image
-    question: str
-    options: AnswerOptions
-
-
 def parse_json_body(body: bytes, limits: RequestLimits) -> AnswerRequest:
     """An `AnswerRequest` from a raw `application/json` body."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestError("body", f"not valid JSON ({exc})", 400) from None
-    if not isinstance(data, dict):
-        raise RequestError("body", f"expected a JSON object with keys {', '.join(REQUEST_FIELDS)}, "
-                                   f"got {type(data).__name__}")
-    _reject_unknown(data, REQUEST_FIELDS, "")
-    if "image" not in data:
-        raise RequestError("image", "required: a base64-encoded image string")
-    image = decode_request_image(_base64_bytes(data["image"], limits), limits)
-    return AnswerRequest(image, _question(data.get("question"), limits), _options(data.get("options"), limits))
+    data = _validated(AnswerBody, body, json=True)
+    image = decode_request_image(_base64_bytes(data.image, limits), limits)
+    return _request(image, data.question, data.options, limits)
 
 
 def parse_form(fields: Mapping[str, bytes | str], limits: RequestLimits) -> AnswerRequest:
     """An `AnswerRequest` from multipart fields: `image` as file bytes, `question` and `options` as text."""
-    _reject_unknown(fields, REQUEST_FIELDS, "")
-    image = fields.get("image")
-    if not isinstance(image, bytes):
-        raise RequestError("image", "required: an image file part (multipart upload)")
-    options = fields.get("options")
-    if options is not None:
-        if not isinstance(options, str):
-            raise RequestError("options", "expected a text part holding a JSON object")
-        try:
-            options = json.loads(options)
-        except json.JSONDecodeError as exc:
-            raise RequestError("options", f"not valid JSON ({exc})") from None
-    question = fields.get("question")
-    if isinstance(question, bytes):
-        raise RequestError("question", "expected a text part, got a file")
-    return AnswerRequest(decode_request_image(image, limits), _question(question, limits), _options(options, limits))
+    data = _validated(AnswerUpload, fields, json=False)
+    return _request(decode_request_image(data.image, limits), data.question, data.options or AnswerOptions(),
+                    limits)
 
 
 def decode_request_image(data: bytes, limits: RequestLimits) -> Image.Image:
@@ -137,9 +111,56 @@ def decode_request_image(data: bytes, limits: RequestLimits) -> Image.Image:
         raise RequestError("image", str(exc)) from None
 
 
-def _base64_bytes(value: Any, limits: RequestLimits) -> bytes:
-    if not isinstance(value, str):
-        raise RequestError("image", f"expected a base64 string, got {type(value).__name__}")
+def validation_error(exc: ValidationError, model: type[BaseModel]) -> RequestError:
+    """The first error of a pydantic validation as a `RequestError` naming its field (dotted path).
+
+    Unknown fields come first: a misspelt name also makes the field it stands for missing.
+    """
+    errors = exc.errors(include_url=False)
+    error = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    field = ".".join(str(part) for part in error["loc"]) or "body"
+    kind = error["type"]
+    if kind == "json_invalid":
+        # Not parseable at all (syntax, nesting depth, number range, encoding): the body, or a JSON text part.
+        return RequestError(field, f"not valid JSON ({error['msg'].removeprefix('Invalid JSON: ')})",
+                            400 if field == "body" else 422)
+    if kind == "missing":
+        return RequestError(field, "required")
+    if kind == "extra_forbidden":
+        parent = model if len(error["loc"]) == 1 else AnswerOptions
+        return RequestError(field, f"unknown field (valid: {', '.join(parent.model_fields)})")
+    if kind in ("model_type", "model_attributes_type", "dict_type") and field == "body":
+        return RequestError(field, f"expected a JSON object with keys {', '.join(model.model_fields)}, "
+                                   f"got {_json_type(error['input'])}")
+    return RequestError(field, f"{error['msg']}, got {_short_repr(error['input'])}")
+
+
+def _validated(model: type[BaseModel], data: Any, json: bool) -> Any:
+    try:
+        return model.model_validate_json(data) if json else model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise validation_error(exc, model) from None
+
+
+def _request(image: Image.Image, question: str, options: AnswerOptions, limits: RequestLimits) -> AnswerRequest:
+    if not question.strip():
+        raise RequestError("question", "empty: expected a non-empty string")
+    if len(question) > limits.max_question_chars:
+        raise RequestError("question", f"{len(question)} characters, over the limit of {limits.max_question_chars}")
+    top_k = _in_range("options.top_k", options.top_k, limits.default_top_k, 1, limits.max_top_k)
+    max_docs = _in_range("options.max_docs", options.max_docs, limits.max_docs, 0, limits.max_docs)
+    return AnswerRequest(image, question, top_k, max_docs, options.return_evidence)
+
+
+def _in_range(field: str, value: int | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if not low <= value <= high:
+        raise RequestError(field, f"{_short_repr(value)} is out of range: expected an integer in [{low}, {high}]")
+    return value
+
+
+def _base64_bytes(value: str, limits: RequestLimits) -> bytes:
     if value.startswith("data:") and "," in value:
         value = value.split(",", 1)[1]
     # Reject oversized payloads before decoding them: 4 base64 characters carry 3 bytes.
@@ -152,43 +173,11 @@ def _base64_bytes(value: Any, limits: RequestLimits) -> bytes:
         raise RequestError("image", f"not valid base64 ({exc})") from None
 
 
-def _question(value: Any, limits: RequestLimits) -> str:
-    if value is None:
-        raise RequestError("question", "required: a non-empty string")
-    if not isinstance(value, str):
-        raise RequestError("question", f"expected a string, got {type(value).__name__}")
-    if not value.strip():
-        raise RequestError("question", "empty: expected a non-empty string")
-    if len(value) > limits.max_question_chars:
-        raise RequestError("question", f"{len(value)} characters, over the limit of {limits.max_question_chars}")
-    return value
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def _options(value: Any, limits: RequestLimits) -> AnswerOptions:
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        raise RequestError("options", f"expected an object with keys {', '.join(OPTION_FIELDS)}, "
-                                      f"got {type(value).__name__}")
-    _reject_unknown(value, OPTION_FIELDS, "options.")
-    top_k = _int_option(value, "top_k", limits.default_top_k, 1, limits.max_top_k)
-    max_docs = _int_option(value, "max_docs", limits.max_docs, 0, limits.max_docs)
-    return_evidence = value.get("return_evidence", True)
-    if not isinstance(return_evidence, bool):
-        raise RequestError("options.return_evidence", f"expected true or false, got {return_evidence!r}")
-    return AnswerOptions(top_k, max_docs, return_evidence)
-
-
-def _int_option(options: dict, name: str, default: int, low: int, high: int) -> int:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(f"options.{name}", f"expected an integer in [{low}, {high}], got {value!r}")
-    if not low <= value <= high:
-        raise RequestError(f"options.{name}", f"{value} is out of range: expected an integer in [{low}, {high}]")
-    return value
-
-
-def _reject_unknown(data: Mapping, allowed: tuple[str, ...], prefix: str) -> None:
-    unknown = [key for key in data if key not in allowed]
-    if unknown:
-        raise RequestError(f"{prefix}{unknown[0]}", f"unknown field (valid: {', '.join(allowed)})")
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

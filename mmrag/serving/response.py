@@ -1,8 +1,9 @@
-"""The JSON body of a `POST /v1/answer` reply, built from the greedy path's outputs.
+"""The reply to `POST /v1/answer`, built from a request's finished `StageState`.
 
-Last step of serving: the ingress has the translated query, the retrieved hits, the
-reranker's selection (indices into the hits), the answer and its stage timings; this turns
-them into {answer, evidence: [{doc_id, title, snippet, score}], query, timings_ms, versions}.
+Last step of serving: the ingress has the state the last deployment returned (query, the
+reranker's evidence, the answer, each stage's milliseconds) and its own timings; this turns
+them into an `AnswerReply` (mmrag/serving/schema.py): {answer, evidence: [{doc_id, title,
+snippet, score}], query, timings_ms, versions}.
 """
 
 from __future__ import annotations
@@ -10,18 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from mmrag.retrieval.merge import Hit
+from mmrag.serving.schema import AnswerReply, Evidence
+from mmrag.serving.state import StageState
 
 
-def evidence_of(hits: list[Hit], selection: tuple[int, ...], snippet_chars: int) -> list[dict[str, Any]]:
-    """The selected documents in the reranker's order; `score` is the retrieval score against the query."""
-    return [{"doc_id": hits[j].doc_id, "title": hits[j].title, "snippet": _snippet(hits[j].text, snippet_chars),
-             "score": round(float(hits[j].score), 6)} for j in selection]
+def answer_reply(state: StageState, return_evidence: bool, timings_ms: dict[str, float], snippet_chars: int,
+                 versions: dict[str, Any]) -> AnswerReply:
+    evidence = [evidence_of(hit, snippet_chars) for hit in state.evidence] if return_evidence else []
+    return AnswerReply(answer=state.answer, evidence=evidence, query=state.query,
+                       timings_ms={stage: round(ms, 3) for stage, ms in timings_ms.items()}, versions=versions)
 
 
-def answer_body(answer: str, query: str, evidence: list[dict[str, Any]], timings_ms: dict[str, float],
-                versions: dict[str, Any]) -> dict[str, Any]:
-    return {"answer": answer, "evidence": evidence, "query": query,
-            "timings_ms": {stage: round(ms, 3) for stage, ms in timings_ms.items()}, "versions": versions}
+def evidence_of(hit: Hit, snippet_chars: int) -> Evidence:
+    """One selected document; `score` is its retrieval score against the query."""
+    return Evidence(doc_id=hit.doc_id, title=hit.title, snippet=_snippet(hit.text, snippet_chars),
+                    score=round(float(hit.score), 6))
 
 
 def _snippet(text: str, limit: int) -> str:
