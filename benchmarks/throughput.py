@@ -45,7 +45,8 @@ from mmrag.training.learner import Weights
 from mmrag.training.ledger import read_metrics
 from mmrag.training.streaming import RolloutStream
 from pipelines.options import add_config_options, config_from_args
-from pipelines.train import train_distributed, train_local
+from mmrag.training.local import train_local
+from pipelines.train import train_distributed
 
 EFFICIENCY_GENERATOR = DeviceTime(0.200, 0.010)
 SCALING_GENERATOR = DeviceTime(1.000, 0.050)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import sys
 
 import ray
@@ -25,19 +24,9 @@ from actors.stages import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
-from mmrag.training.learner import LocalLearner
+from mmrag.training.local import train_local
 from mmrag.training.loop import train
-from mmrag.training.pipeline import LocalPipeline
-from mmrag.training.streaming import InlinePools
 from pipelines.options import add_config_options, config_from_args, run_main
-
-
-def train_local(cfg: Config, resume: bool = False, progress: bool = True, device: str = "cpu") -> dict:
-    """The loop on in-process parts: `LocalPipeline` stages and a `LocalLearner` training them in place."""
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_policy_lag=0))
-    pipeline = LocalPipeline.from_config(cfg, device)
-    learner = LocalLearner(cfg, pipeline.translator, pipeline.reranker)
-    return train(cfg, InlinePools(pipeline), learner, resume=resume, progress=progress)
 
 
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from mmrag.training.export import exported_trainable_weights
 from mmrag.training.ledger import read_metrics
-from pipelines.train import train_local
+from mmrag.training.local import train_local
 
 
 @pytest.fixture(scope="module")

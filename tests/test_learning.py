@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmrag.config import load_config
-from pipelines.train import train_local
+from mmrag.training.local import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
