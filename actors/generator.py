@@ -1,10 +1,10 @@
 """GeneratorActor: one frozen generator (LVLM or extractive reader) in its own Ray process.
 
-Sits after the reranker in the rollout loop: the driver sends batches of leaves
-(image, question, selected evidence) here and passes the answers to the reward actors.
-A pool of `generator.num_replicas` of them shares the leaves; each reports its own
-throughput so the driver can log where rollout time goes.
-The caller places it, e.g. `GeneratorActor.options(num_gpus=cfg.generator.num_gpus).remote(...)`.
+Sits after the reranker in the rollout stream: it answers each leaf of a micro-batch (its
+question in the table, the selected evidence) and the answers go on to the reward pool. A
+pool of `generator.num_replicas` of them shares the leaves; each counts its own busy time,
+so benchmarks can compare the end-to-end rate with the pool's own batched rate.
+Placed by `actors.stages.ActorPools`, e.g. `GeneratorActor.options(num_gpus=...).remote(...)`.
 """
 
 from __future__ import annotations
@@ -12,25 +12,28 @@ from __future__ import annotations
 import time
 
 import ray
-from PIL import Image
 
 from mmrag.config import GeneratorConfig
+from mmrag.models.generator import build_generator
+from mmrag.training.device_time import DeviceTime
+from mmrag.training.stages import QuestionTable
 
 
 @ray.remote
 class GeneratorActor:
-    def __init__(self, cfg: GeneratorConfig, cache_dir: str):
-        from mmrag.models.generator import build_generator
-
+    def __init__(self, cfg: GeneratorConfig, cache_dir: str, device_time: DeviceTime | None = None):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.generator = build_generator(cfg, cache_dir, device)
+        self.device_time = device_time
         self.leaves = 0
         self.seconds = 0.0
 
-    def answer(self, images: list[Image.Image | None], questions: list[str], evidence: list[list[str]]) -> list[str]:
-        """One answer per leaf."""
+    def answer(self, table: QuestionTable, rows: list[int], evidence: list[list[str]]) -> list[str]:
+        """One answer per leaf: the generator reads only the leaf's evidence."""
         start = time.perf_counter()
-        answers = self.generator.answer(images, questions, evidence)
+        answers = self.generator.answer(table.images_of(rows), table.questions_of(rows), evidence)
+        if self.device_time:
+            self.device_time.spend(len(rows))
         self.seconds += time.perf_counter() - start
         self.leaves += len(answers)
         return answers

@@ -25,14 +25,14 @@ from ray.exceptions import RayActorError, RayError
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
-from mmrag.training.learner import LearnerUpdate, Weights
+from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 
 DEAD_PEER_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others: a collective broken by a dead peer fails on the
 survivors too, and the dead rank is the one to name."""
 
 
-class LearnerRankError(RuntimeError):
+class LearnerRankError(LearnerFailed):
     """A learner rank died, failed or did not start; the group must be restarted (`LearnerGroup.restart`)."""
 
     def __init__(self, rank: int, message: str):

@@ -42,17 +42,19 @@ class RetrievalRouter:
         self.shards = shards
 
     @classmethod
-    def launch(cls, index_dir: str | Path, cfg: IndexConfig) -> RetrievalRouter:
+    def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0) -> RetrievalRouter:
         """Start one shard actor per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each).
 
-        Waits until every shard has loaded, so a missing or corrupt shard file fails here, naming it.
+        Waits until every shard has loaded, so a missing or corrupt shard file fails here, naming it. A shard
+        actor Ray restarts (`max_restarts`) reloads its shard in its constructor before it serves again.
         """
         manifest = Manifest.read(index_dir)
         missing = manifest.missing_files(index_dir)
         if missing:
             raise FileNotFoundError(f"{missing[0]}: shard file listed in the index manifest is missing; "
                                     f"rebuild the index with `mmrag index --force`")
-        placement = RetrievalShard.options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus)
+        placement = RetrievalShard.options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus,
+                                           max_restarts=max_restarts, max_task_retries=0)
         shards = [placement.remote(str(index_dir), entry, cfg) for entry in manifest.shards]
         ray.get([shard.num_docs.remote() for shard in shards])
         return cls(manifest, shards)

@@ -1,8 +1,9 @@
 """RewardActor: one frozen reward scorer in its own Ray process.
 
-Sits after the generator actors in the rollout loop: the driver sends each batch of
-(question, answer, references) leaves here and backpropagates the returned scores.
-The caller places it, e.g. `RewardActor.options(num_gpus=cfg.reward.num_gpus).remote(...)`.
+Last stage of the rollout stream: it scores each leaf's answer against its question's
+reference answers (from the micro-batch's question table); the driver backpropagates the
+scores up the rollout trees.
+Placed by `actors.stages.ActorPools`, e.g. `RewardActor.options(num_gpus=...).remote(...)`.
 """
 
 from __future__ import annotations
@@ -10,16 +11,21 @@ from __future__ import annotations
 import ray
 
 from mmrag.config import RewardConfig
+from mmrag.models.reward import build_reward
+from mmrag.training.device_time import DeviceTime
+from mmrag.training.stages import QuestionTable
 
 
 @ray.remote
 class RewardActor:
-    def __init__(self, cfg: RewardConfig, cache_dir: str):
-        from mmrag.models.reward import build_reward
-
+    def __init__(self, cfg: RewardConfig, cache_dir: str, device_time: DeviceTime | None = None):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.scorer = build_reward(cfg, cache_dir, device=device)
+        self.device_time = device_time
 
-    def score(self, questions: list[str], answers: list[str], references: list[list[str]]) -> list[float]:
-        """One reward in [0, 1] per answer."""
-        return self.scorer.score(questions, answers, references)
+    def score(self, table: QuestionTable, rows: list[int], answers: list[str]) -> list[float]:
+        """One reward in [0, 1] per leaf."""
+        rewards = self.scorer.score(table.questions_of(rows), answers, table.references_of(rows))
+        if self.device_time:
+            self.device_time.spend(len(rows))
+        return rewards

@@ -79,12 +79,12 @@ def loss_check() -> bool:
 def seconds_per_step(cfg, device: str, run_dir: Path) -> float:
     import dataclasses
 
-    from mmrag.training.reference import train_reference
+    from mmrag.training.local import train_local
 
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, run_dir=str(run_dir)))
-    train_reference(cfg, progress=False, device=device)
+    train_local(cfg, progress=False, device=device)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    steps = [r for r in records if "eval" not in r]
+    steps = [r for r in records if "ledger" in r]
     later = steps[1:] or steps  # the first step pays for warm-up
     return sum(sum(r["stage_seconds"].values()) for r in later) / len(later)
 

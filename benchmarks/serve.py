@@ -50,7 +50,7 @@ from benchmarks.results import markdown_table, publish
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.training.pipeline import LocalPipeline
-from mmrag.training.rollout_batch import greedy_batch
+from mmrag.training.evaluate import greedy_batch
 from pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"

@@ -39,16 +39,15 @@ class ActorGroup:
 def resource_plan(cfg: Config) -> list[ActorGroup]:
     """The actor groups the distributed trainer starts for `cfg`, in placement order.
 
-    Mirrors `actors.stages.ActorStages.launch` and `actors.learner.LearnerGroup`; the
-    learner's queues and the Ray Train controller reserve no CPU and are left out.
+    Mirrors `actors.stages.ActorPools.launch` and `actors.learner.LearnerGroup`.
     """
     actor_cpus = cfg.learner.actor_num_cpus
     learner_gpus = 1.0 if cfg.learner.use_gpu else 0.0
     return [
-        ActorGroup("translator", 1, actor_cpus, cfg.translator.num_gpus),
-        ActorGroup("encoder", 1, actor_cpus, cfg.encoder.num_gpus),
+        ActorGroup("translator", cfg.translator.num_replicas, actor_cpus, cfg.translator.num_gpus),
+        ActorGroup("encoder", cfg.encoder.num_replicas, actor_cpus, cfg.encoder.num_gpus),
         ActorGroup("retrieval_shards", cfg.index.num_shards, cfg.index.shard_num_cpus, cfg.index.shard_num_gpus),
-        ActorGroup("reranker", 1, actor_cpus, cfg.reranker.num_gpus),
+        ActorGroup("reranker", cfg.reranker.num_replicas, actor_cpus, cfg.reranker.num_gpus),
         ActorGroup("generator_pool", cfg.generator.num_replicas, actor_cpus, cfg.generator.num_gpus),
         ActorGroup("reward_pool", cfg.reward.num_replicas, actor_cpus, cfg.reward.num_gpus),
         ActorGroup("learner_workers", cfg.learner.num_workers, cfg.learner.num_cpus_per_worker, learner_gpus),

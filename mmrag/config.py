@@ -57,6 +57,8 @@ class EncoderConfig:
     """Texts or images encoded per forward pass."""
     num_gpus: float = 0.0
     """GPUs for each encoder actor (fractions allowed); 0 runs on CPU."""
+    num_replicas: int = 1
+    """Query encoder actors in distributed mode."""
 
 
 @dataclass
@@ -125,6 +127,8 @@ class TranslatorConfig:
     """Weights dtype (bf16 on GPU presets)."""
     num_gpus: float = 0.0
     """GPUs for each translator replica."""
+    num_replicas: int = 1
+    """Translator policy replicas (actors) sampling queries in distributed mode."""
 
 
 @dataclass
@@ -155,6 +159,8 @@ class RerankerConfig:
     """Learning rate."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""
+    num_replicas: int = 1
+    """Reranker policy replicas (actors) sampling selections in distributed mode."""
 
 
 @dataclass
@@ -226,7 +232,10 @@ class TrainConfig:
     shuffle_rewards: bool = False
     """Control experiment: permute rewards across the batch before backprop."""
     max_policy_lag: int = 1
-    """Most policy versions a rollout may lag the learner; 0 is synchronous."""
+    """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
+    out while the learner trains (distributed mode; `local-reference` always runs with 0)."""
+    micro_batch_size: int = 2
+    """Questions per rollout micro-batch: the unit that streams through the stage pools."""
     off_policy_correction: bool = True
     """Weight reranker examples drawn by an older policy version by their importance ratio min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
     importance_ratio_cap: float = 2.0
@@ -253,8 +262,15 @@ class LearnerConfig:
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
-    queue_depth: int = 1
-    """Asynchronous mode: experience batches rolled out ahead of the learner (batches older than max_policy_lag are dropped)."""
+    calls_per_replica: int = 2
+    """Rollout calls each stage actor holds at once (one running, the next queued behind it)."""
+    max_restarts: int = -1
+    """Times Ray restarts a dead stage actor (reloading its model, shard or weights); -1: always. A run stops
+    anyway after `max_failed_batches` rollout batches in a row fail."""
+    max_failed_batches: int = 3
+    """Rollout batches failing in a row that stop the run (an actor that cannot work, not a bad batch)."""
+    call_retries: int = 3
+    """Times a stage call whose actor died is re-dispatched (to a live replica) before its batch counts as failed."""
 
 
 @dataclass

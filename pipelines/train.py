@@ -1,20 +1,51 @@
 """Train the query translator and the adaptive reranker by reward backpropagation.
 
-`--mode local-reference` runs the whole algorithm in this one process (no Ray): the
-yardstick and debugging fallback. `--mode distributed` runs it on Ray (pipelines.distributed):
-stage actors, a DeepSpeed learner group, bounded asynchrony, checkpoints; `--resume`
-continues from RUN_DIR/checkpoints/latest. Expects the dataset (`mmrag synth`) and the index
-(`mmrag index`) of the config; tiny `zoo:` models are built on first use. Writes
-RUN_DIR/metrics.jsonl, TensorBoard events under RUN_DIR/tensorboard, and the trained
-components under RUN_DIR/export.
+Both modes run the one trainer loop (`mmrag.training.loop.train`) on different parts:
+`--mode distributed` on Ray (stage actor pools streaming micro-batches, a DeepSpeed learner
+group, rollouts running ahead of learning by at most `train.max_policy_lag` versions);
+`--mode local-reference` in this one process (in-process stages and learner, no lag), the
+yardstick the distributed mode is checked against. `--resume` continues from
+RUN_DIR/checkpoints/latest. Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
+of the config; tiny `zoo:` models are built on first use. Writes RUN_DIR/metrics.jsonl,
+TensorBoard events under RUN_DIR/tensorboard, checkpoints, and the trained components under
+RUN_DIR/export.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
+import ray
+
+from actors.learner import LearnerGroup
+from actors.stages import ActorPools
+from cluster.connect import connect
+from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
+from mmrag.config import Config
+from mmrag.training.local import train_local
+from mmrag.training.loop import train
 from pipelines.options import add_config_options, config_from_args, run_main
+
+
+def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:
+    """The loop on Ray: stage actor pools and a DeepSpeed learner group, placed after the plan is checked.
+
+    `device_time` (benchmarks only): simulated device seconds per stage, see `ActorPools.launch`.
+    """
+    with contextlib.ExitStack() as cleanup:
+        if connect(cfg.ray.address, cfg.ray.num_cpus):
+            cleanup.callback(ray.shutdown)
+        check_fits(resource_plan(cfg), ray.cluster_resources())
+        pools = ActorPools.launch(cfg, device_time or {})
+        cleanup.callback(pools.shutdown)
+        learner = LearnerGroup(cfg)
+        cleanup.callback(learner.shutdown)
+        summary = train(cfg, pools, learner, resume=resume, progress=progress)
+        summary["generator_throughput"] = pools.generator_throughput()
+        summary["restarts"] = pools.restarts()
+        return summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training mode (default: train.mode from the config)")
     parser.add_argument("--steps", type=int, help="optimiser steps (default: train.steps)")
     parser.add_argument("--run-dir", help="run directory (default: train.run_dir)")
-    parser.add_argument("--resume", action="store_true",
-                        help="distributed mode: continue from the run directory's latest checkpoint")
+    parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     parser.add_argument("--device", default="cpu",
                         help="local-reference mode: torch device for every model, e.g. cuda (default: cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
@@ -35,16 +65,14 @@ def run(args: argparse.Namespace) -> int:
     cfg.train.mode = args.mode or cfg.train.mode
     cfg.train.steps = args.steps if args.steps is not None else cfg.train.steps
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir
+    progress = not args.no_progress
     if cfg.train.mode == "distributed":
-        from pipelines.distributed import train_distributed
-
-        summary = train_distributed(cfg, resume=args.resume, progress=not args.no_progress)
-    elif args.resume:
-        sys.exit("--resume: only train.mode distributed writes resumable checkpoints")
+        try:
+            summary = train_distributed(cfg, resume=args.resume, progress=progress)
+        except PlanDoesNotFit as exc:
+            sys.exit(f"does not fit: {exc}")
     else:
-        from mmrag.training.reference import train_reference
-
-        summary = train_reference(cfg, progress=not args.no_progress, device=args.device)
+        summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device)
     print(f"run directory: {summary['run_dir']}")
     print(f"{'held-out':<20}{'untrained':>12}{'trained':>12}")
     for key in summary["initial"]:

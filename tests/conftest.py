@@ -48,6 +48,50 @@ def ray_session():
     """One local Ray instance for the whole test session."""
     import ray
 
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    # More logical CPUs than cores: the tests place several small actor groups at once.
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_index(synth_dir, zoo_dir, tmp_path_factory) -> str:
+    """A flat 2-shard index of `synth_dir`'s KB, embedded with the zoo's fitted tiny CLIP (as configs/local.yaml)."""
+    from mmrag.config import load_config
+    from mmrag.retrieval.build import build_index
+
+    index_dir = tmp_path_factory.mktemp("tiny_index")
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [f"zoo.cache_dir={zoo_dir}"])
+    build_index(Path(synth_dir) / "kb.parquet", index_dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
+    return str(index_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_config(synth_dir, tiny_index, zoo_dir):
+    """config(run_dir, *overrides): configs/local.yaml on the small synthetic world with short rollouts.
+
+    2 questions per step, 3 queries x 4 selections each, top 12: small, yet most steps carry learning signal
+    for both components (the fitted zoo models retrieve well enough for rewards to differ between siblings).
+    """
+    from mmrag.config import load_config
+
+    def config(run_dir, *overrides: str):
+        return load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [
+            f"data.dir={synth_dir}", f"index.dir={tiny_index}", f"zoo.cache_dir={zoo_dir}",
+            f"train.run_dir={run_dir}", "translator.max_new_tokens=8", "translator.num_samples=3",
+            "reranker.num_samples=4", "index.top_k=12", "train.questions_per_step=2", "train.micro_batch_size=1",
+            "train.eval_questions=2", "train.eval_every=100", "train.checkpoint_every=0", "train.max_policy_lag=0",
+            "train.steps=4", *overrides])
+
+    return config
+
+
+@pytest.fixture(scope="session")
+def distributed_sync_run(ray_session, tiny_config, tmp_path_factory) -> Path:
+    """A 4-step synchronous distributed run of the tiny config (one learner rank, ZeRO 0): the yardstick that
+    resumed, partitioned, asynchronous and chaos runs are compared with."""
+    from pipelines.train import train_distributed
+
+    run_dir = tmp_path_factory.mktemp("distributed_sync")
+    train_distributed(tiny_config(run_dir, "train.checkpoint_every=2"), progress=False)
+    return run_dir

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import ray
 import torch
-from test_distributed_train import tiny_index  # noqa: F401 (a module fixture: pytest finds it by name)
-from test_distributed_train import QUESTIONS_PER_STEP, assert_same_exported_weights, exported_weights, tiny_config
+from helpers import assert_same_exported_weights
 
 from actors.learner import LearnerGroup, LearnerRankError
 from cluster.resources import PlanDoesNotFit
@@ -28,19 +27,17 @@ from mmrag.data.dataset import load_questions
 from mmrag.rl.rollout import Node
 from mmrag.training.learner import COMPONENTS, Learner, LearnerUpdate, LocalLearner, Weights
 from mmrag.training.pipeline import LocalPipeline
-from mmrag.training.reference import score_trees
-from mmrag.training.rollout_batch import rollout_batch
+from mmrag.training.run import score_trees
+from mmrag.training.streaming import InlinePools, RolloutStream
 from mmrag.training.updates import example_count
+
+QUESTIONS_PER_STEP = 2
 
 SIGNAL_ROOTS_BY_STEP = (1, 0, 3, 1)
 """How many questions of each step's batch carry learning signal for both components; the others carry none
 (padded to QUESTIONS_PER_STEP). Step 3's three split 2:1 over two ranks: only unequal example counts on the
 ranks make the per-rank loss weighting matter."""
 MAX_DRAWS = 200
-SHIFT_GAUGE = "reranker/head.mlp.4.bias"
-"""The reranker head's output bias shifts every candidate logit and the STOP logit (anchored on them) alike: the
-policy ignores it and its true gradient is zero, so Adam turns the rounding noise of a gradient summed over two
-ranks instead of one into steps of about the learning rate either way. Not compared across summation orders."""
 CHECKPOINT_AFTER = 2
 
 
@@ -89,8 +86,8 @@ def assert_same_weights(actual: Weights, expected: Weights) -> None:
 
 
 @pytest.fixture(scope="module")
-def cfg(synth_dir, tiny_index, zoo_dir, tmp_path_factory) -> Config:
-    return tiny_config(synth_dir, tiny_index, zoo_dir, str(tmp_path_factory.mktemp("learner")))
+def cfg(tiny_config, tmp_path_factory) -> Config:
+    return tiny_config(tmp_path_factory.mktemp("learner"))
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +98,17 @@ def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
                                    reranker=learner.reranker)
     questions = load_questions(cfg.data.dir, "train")
     shuffle_rng, batches, draws = random.Random(cfg.train.seed), [], iter(range(MAX_DRAWS))
+    stream = RolloutStream(InlinePools(pipeline), cfg.translator.num_samples, cfg.reranker.num_samples,
+                           cfg.train.micro_batch_size, cfg.train.seed)
 
     def draw() -> list[Node]:
         """QUESTIONS_PER_STEP scored trees drawn under the weights the learner has just reached."""
         number = next(draws, None)
         if number is None:
             pytest.fail(f"{MAX_DRAWS} rollouts did not give the batches SIGNAL_ROOTS_BY_STEP asks for")
-        torch.manual_seed(number)
         first = number * QUESTIONS_PER_STEP % (len(questions) - QUESTIONS_PER_STEP)
-        roots = rollout_batch(pipeline, questions[first:first + QUESTIONS_PER_STEP], cfg.translator.num_samples,
-                              cfg.reranker.num_samples, learner.version)
+        pipeline.install(learner.weights())
+        roots = stream.run(questions[first:first + QUESTIONS_PER_STEP], number)
         score_trees(roots, cfg, shuffle_rng)
         return roots
 
@@ -161,13 +159,13 @@ def test_in_process_learner_restored_from_its_checkpoint_continues_as_if_uninter
     out = run.out / "resumed"
     assert_same_steps(drive(resumed, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
                       run.updates[CHECKPOINT_AFTER:])
-    assert_same_exported_weights(str(out), str(run.out))
+    assert_same_exported_weights(out, run.out)
 
 
 def test_one_zero0_rank_takes_the_in_process_learners_steps(local_run, zero0_run):
     run, _ = local_run
     assert_same_steps(zero0_run.updates, run.updates)
-    assert_same_exported_weights(str(zero0_run.out), str(run.out))
+    assert_same_exported_weights(zero0_run.out, run.out)
 
 
 def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run):
@@ -177,9 +175,9 @@ def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run)
     for component in COMPONENTS:
         assert sum(u.losses[component]["examples"] > 0 for u in zero0_run.updates) >= 2, component
     assert_same_steps(zero3_run.updates, zero0_run.updates)
-    partitioned, single = exported_weights(str(zero3_run.out)), exported_weights(str(zero0_run.out))
-    partitioned.pop(SHIFT_GAUGE), single.pop(SHIFT_GAUGE)
-    torch.testing.assert_close(partitioned, single, atol=1e-5, rtol=1e-4)
+    # Partitioned sums round differently; Adam turns that into differences of a few 1e-5 in weights whose
+    # gradients are tiny. A missing rank weighting moves weights by about the learning rate (1e-3).
+    assert_same_exported_weights(zero3_run.out, zero0_run.out, atol=5e-5)
 
 
 def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):
@@ -189,7 +187,7 @@ def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_ru
     assert_same_weights(group.weights(), zero0_run.updates[CHECKPOINT_AFTER - 1].weights)
     assert_same_steps(drive(group, local_run[1][CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
                       zero0_run.updates[CHECKPOINT_AFTER:])
-    assert_same_exported_weights(str(out), str(zero0_run.out))
+    assert_same_exported_weights(out, zero0_run.out)
 
 
 def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_from_the_checkpoint(local_run,
@@ -206,7 +204,7 @@ def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_fro
     assert_same_weights(group.weights(), zero3_run.updates[CHECKPOINT_AFTER - 1].weights)
     assert_same_steps(drive(group, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
                       zero3_run.updates[CHECKPOINT_AFTER:])
-    assert_same_exported_weights(str(out), str(zero3_run.out))
+    assert_same_exported_weights(out, zero3_run.out)
 
 
 def test_a_group_the_cluster_cannot_hold_fails_before_placing_a_rank(ray_session, cfg):

@@ -1,4 +1,4 @@
-"""Evidence that reward backpropagation learns (issue 5): the reference trainer, small and seeded.
+"""Evidence that reward backpropagation learns: the single-process mode of the trainer, small and seeded.
 
 Uses the fitted zoo (tiny-clip retriever, tiny-lvlm-captioner translator) like
 configs/local.yaml, on a smaller synthetic world. The held-out reward must rise above
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mmrag.config import load_config
-from mmrag.training.reference import train_reference
+from mmrag.training.local import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
@@ -35,7 +35,7 @@ def local_task(tmp_path_factory, zoo_dir):
 def run(local_task, name: str, *extra: str) -> dict:
     root, overrides = local_task
     cfg = load_config(ROOT / "configs/local.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
-    return train_reference(cfg, progress=False)
+    return train_local(cfg, progress=False)
 
 
 def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
@@ -44,6 +44,8 @@ def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
     assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
     gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
     control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]
-    assert gain > 0.0, real
-    assert gain > control_gain, (real, shuffled)
-    assert real["final"]["recall_at_k"] > real["initial"]["recall_at_k"]
+    # Measured (seed 0, 48 val questions): +0.52 against the control's +0.06.
+    assert gain > 0.3, real
+    assert control_gain < 0.15, shuffled
+    # What is learned: the gold passage is selected, not only retrieved.
+    assert real["final"]["gold_selected"] > real["initial"]["gold_selected"] + 0.3, real

@@ -12,9 +12,12 @@ import torch
 from PIL import Image
 
 from mmrag.config import RerankerConfig
+from mmrag.data.dataset import encode_image
 from mmrag.models.reranker import AdaptiveReranker, Candidate
 from mmrag.rl.losses import pl_policy_loss
+from mmrag.retrieval.merge import Hit
 from mmrag.rl.plackett_luce import enumerate_selections
+from mmrag.training.stages import QuestionTable
 
 IMAGES = [Image.new("RGB", (64, 64), "red"), Image.new("RGB", (64, 64), "blue")]
 QUESTIONS = ["When was this built?", "Who designed this?"]
@@ -25,6 +28,9 @@ CANDIDATES = [
      Candidate("green triangle is 45 metres tall", 0.29, Image.new("RGB", (64, 64), "green"))],
     [Candidate("blue square was designed by Ada Lind", 0.22)],
 ]
+HITS = [[Hit(f"d{row}{j}", "", c.text, None if c.image is None else encode_image(c.image), "", c.retrieval_score, j)
+         for j, c in enumerate(candidates)] for row, candidates in enumerate(CANDIDATES)]
+"""The candidates as retrieval returns them (images as encoded bytes)."""
 
 
 def make_reranker(zoo_dir: str, **fields) -> AdaptiveReranker:
@@ -244,18 +250,22 @@ def test_batch_from_other_backbone_mode_is_rejected(frozen, lora):
         lora.logits(featurize(frozen))
 
 
-def test_actor_samples_and_installs_weights(ray_session, zoo_dir, frozen):
+def test_actor_samples_with_the_weights_each_call_names(ray_session, zoo_dir, frozen):
+    from actors.policy import PolicyWeights
     from actors.reranker import RerankerActor
 
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32)
-    actor = RerankerActor.remote(cfg, zoo_dir, seed=0)
-    drawn = ray_session.get(actor.sample.remote(IMAGES, QUESTIONS, QUERIES, CANDIDATES, 5, 1.0))
+    actor = RerankerActor.remote(RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32), zoo_dir)
+    table, rows = QuestionTable(IMAGES, QUESTIONS, [[], []]), [0, 1]
+    initial = PolicyWeights(0, ())
+    drawn = ray_session.get(actor.sample.remote(table, rows, QUERIES, HITS, 5, 11, initial))
     assert drawn.policy_version == 0
     assert [len(row) for row in drawn.selections] == [5, 5]
     assert all(math.isfinite(lp) and lp <= 0 for row in drawn.logprobs for lp in row)
+    assert ray_session.get(actor.sample.remote(table, rows, QUERIES, HITS, 5, 11, initial)) == drawn
     with perturbed(frozen):
-        ray_session.get(actor.set_weights.remote(3, frozen.trainable_state_dict()))
         expected = frozen.greedy(featurize(frozen))
-    assert ray_session.get(actor.version.remote()) == 3
-    assert ray_session.get(actor.greedy.remote(IMAGES, QUESTIONS, QUERIES, CANDIDATES)) == expected
+        version_3 = PolicyWeights(3, (ray_session.put(frozen.trainable_state_dict()),))
+    assert expected != frozen.greedy(featurize(frozen)), "else installing the weights could go unnoticed"
+    assert ray_session.get(actor.greedy.remote(table, rows, QUERIES, HITS, version_3)) == expected
+    assert ray_session.get(actor.sample.remote(table, rows, QUERIES, HITS, 5, 11, version_3)).policy_version == 3
     ray_session.kill(actor)

@@ -53,9 +53,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def trained_run(synth_dir, zoo_dir, tmp_path_factory):
-    """(cfg, checkpoint, config file) of a 1-step reference training run over the 24-entity synthetic data."""
+    """(cfg, checkpoint, config file) of a 1-step single-process training run over the 24-entity synthetic data."""
     from mmrag.retrieval.build import build_index
-    from mmrag.training.reference import train_reference
+    from mmrag.training.local import train_local
 
     work = tmp_path_factory.mktemp("serve_run")
     cfg = load_config(ROOT / "configs/local.yaml", [
@@ -64,7 +64,7 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
         "translator.num_samples=2", "reranker.num_samples=2", f"serving.port={free_port()}",
         *TINY_MODELS, *LIMITS, *BOUNDS])
     build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir)
-    train_reference(cfg, progress=False)
+    train_local(cfg, progress=False)
     config_path = work / "serve_config.yaml"
     config_path.write_text(yaml.safe_dump(config_to_dict(cfg)))
     return cfg, str(work / "run" / "export"), config_path
@@ -109,7 +109,7 @@ def ask(url: str, question, options: dict | None = None) -> requests.Response:
 
 def test_answers_over_http_as_the_offline_greedy_path(endpoint, trained_run, test_questions, synth_dir):
     from mmrag.training.pipeline import LocalPipeline
-    from mmrag.training.rollout_batch import greedy_batch
+    from mmrag.training.evaluate import greedy_batch
 
     cfg, checkpoint, _ = trained_run
     offline = greedy_batch(LocalPipeline.from_config(cfg, checkpoint=checkpoint), test_questions)

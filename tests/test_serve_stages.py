@@ -35,7 +35,7 @@ def exported(synth_dir, zoo_dir, tmp_path_factory):
 
 def test_any_split_into_stage_groups_answers_as_the_offline_greedy_path(exported, synth_dir):
     from mmrag.serving.stages import GreedyStages
-    from mmrag.training.rollout_batch import greedy_batch
+    from mmrag.training.evaluate import greedy_batch
 
     cfg, checkpoint, pipeline = exported
     questions = load_questions(synth_dir, "test")[:3]

@@ -16,6 +16,7 @@ from PIL import Image
 from mmrag.config import LoraConfig, TranslatorConfig
 from mmrag.models import lvlm
 from mmrag.models.translator import QueryTranslator
+from mmrag.training.stages import QuestionTable
 
 QUESTIONS = ["When was this built?", "Who was the architect of this?"]
 
@@ -233,20 +234,24 @@ def test_prompt_template_without_question_is_rejected(tiny_lvlm_path, zoo_dir):
         QueryTranslator.from_config(cfg, zoo_dir)
 
 
-def test_translator_actor_samples_and_syncs_weights(ray_session, tiny_lvlm_path, zoo_dir, images):
+def test_translator_actor_samples_with_the_weights_each_call_names(ray_session, tiny_lvlm_path, zoo_dir, images):
+    from actors.policy import PolicyWeights
     from actors.translator import TranslatorActor
 
-    actor = TranslatorActor.remote(make_config(tiny_lvlm_path, lora=True), zoo_dir, seed=3)
-    drawn = ray_session.get(actor.sample.remote(images, QUESTIONS, n=2))
+    actor = TranslatorActor.remote(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    table = QuestionTable(images, QUESTIONS, [[], []])
+    initial = PolicyWeights(0, ())
+    drawn = ray_session.get(actor.sample.remote(table, 2, 5, initial))
     assert drawn.policy_version == 0
     assert [len(row) for row in drawn.queries] == [2, 2]
+    assert ray_session.get(actor.sample.remote(table, 2, 5, initial)) == drawn, "a call's draws depend on its seed"
     trained = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
     untrained_queries = trained.greedy(images, QUESTIONS)
     trained.load_trainable_state_dict(moved_state(trained, seed=2))
     trained_queries = trained.greedy(images, QUESTIONS)
     assert trained_queries != untrained_queries  # else installing the weights could go unnoticed
-    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == untrained_queries
-    ray_session.get(actor.set_weights.remote(7, trained.trainable_state_dict()))
-    assert ray_session.get(actor.version.remote()) == 7
-    assert ray_session.get(actor.greedy.remote(images, QUESTIONS)) == trained_queries
+    assert ray_session.get(actor.greedy.remote(table, initial)) == untrained_queries
+    version_7 = PolicyWeights(7, (ray_session.put(trained.trainable_state_dict()),))
+    assert ray_session.get(actor.greedy.remote(table, version_7)) == trained_queries
+    assert ray_session.get(actor.sample.remote(table, 2, 5, version_7)).policy_version == 7
     ray_session.kill(actor)

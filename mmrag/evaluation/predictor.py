@@ -41,7 +41,7 @@ class GreedyPredictor:
             self.stages["oracle"] = OracleEvidence(base, gold_doc_hits(cfg.data.dir, _all_gold_ids(cfg)))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from mmrag.training.rollout_batch import greedy_batch
+        from mmrag.training.evaluate import greedy_batch
 
         questions = [question_from_row(row) for row in batch.to_pylist()]
         records = []

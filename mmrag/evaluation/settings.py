@@ -31,7 +31,7 @@ class NoRetrieval:
     def retrieve(self, queries: list[str]) -> list[list[Hit]]:
         return [[] for _ in queries]
 
-    def rerank_greedy(self, images, questions, queries, hits: list[list[Hit]]) -> list[tuple[int, ...]]:
+    def rerank_greedy(self, table, rows, queries, hits: list[list[Hit]]) -> list[tuple[int, ...]]:
         return [() for _ in hits]
 
 
@@ -65,7 +65,7 @@ class OracleEvidence:
                                "call for_questions(batch) before each batch")
         return self._gold
 
-    def rerank_greedy(self, images, questions, queries, hits: list[list[Hit]]) -> list[tuple[int, ...]]:
+    def rerank_greedy(self, table, rows, queries, hits: list[list[Hit]]) -> list[tuple[int, ...]]:
         return [tuple(range(len(row))) for row in hits]
 
 

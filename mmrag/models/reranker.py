@@ -69,6 +69,11 @@ class Candidate:
         return cls(hit.text, hit.score, None if hit.image is None else decode_image(hit.image))
 
 
+def candidates_of(hits: Sequence[Sequence[RetrievedDocument]]) -> list[list[Candidate]]:
+    """Rows of retrieval hits as the reranker's candidates (images decoded)."""
+    return [[Candidate.from_hit(hit) for hit in row] for row in hits]
+
+
 @dataclass
 class RerankBatch:
     """Featurized queries and candidates; K is the longest candidate list, shorter ones padded."""

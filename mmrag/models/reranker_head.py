@@ -21,12 +21,19 @@ KEPT_AT_START = 2
 """Candidates an untrained reranker keeps when decoding greedily (see `stop_anchor`)."""
 
 
-def zero_init_linear(in_features: int, out_features: int) -> nn.Linear:
+def zero_init_linear(in_features: int, out_features: int, bias: bool = True) -> nn.Linear:
     """A linear layer whose output is exactly zero until it is trained."""
-    layer = nn.Linear(in_features, out_features)
+    layer = nn.Linear(in_features, out_features, bias=bias)
     nn.init.zeros_(layer.weight)
-    nn.init.zeros_(layer.bias)
+    if bias:
+        nn.init.zeros_(layer.bias)
     return layer
+
+
+def score_output_layer(hidden_dim: int) -> nn.Linear:
+    """A head's last layer: zero at start, and without a bias. A bias would shift every candidate logit and the
+    STOP anchor alike, so the policy would ignore it; its gradient would be rounding noise that Adam amplifies."""
+    return zero_init_linear(hidden_dim, 1, bias=False)
 
 
 class MlpScoringHead(nn.Module):
@@ -39,7 +46,7 @@ class MlpScoringHead(nn.Module):
             nn.GELU(),
             nn.Linear(hidden_dim, hidden_dim),
             nn.GELU(),
-            zero_init_linear(hidden_dim, 1),
+            score_output_layer(hidden_dim),
         )
 
     def forward(self, query: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:
@@ -68,7 +75,7 @@ class CrossAttentionScoringHead(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(3 * hidden_dim, hidden_dim),
             nn.GELU(),
-            zero_init_linear(hidden_dim, 1),
+            score_output_layer(hidden_dim),
         )
 
     def forward(self, query: torch.Tensor, docs: torch.Tensor) -> torch.Tensor:

@@ -21,13 +21,12 @@ from PIL import Image
 from mmrag.config import Config
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.generator import build_generator
-from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.reranker import AdaptiveReranker, candidates_of
 from mmrag.models.translator import QueryTranslator
 from mmrag.retrieval.manifest import Manifest
 from mmrag.retrieval.merge import LocalRetriever
 from mmrag.serving.state import STAGES, StageState, without_spent_inputs
 from mmrag.training.export import load_reranker_weights, with_exported_translator
-from mmrag.training.pipeline import candidates_of
 
 class GreedyStages:
     """The components of some consecutive stages, loaded in this process, run greedily on batches of states."""

@@ -1,22 +1,25 @@
-"""Resumable driver state of a training run: what the distributed driver saves beside the learner's engines.
+"""Resumable checkpoints of a training run, written atomically.
 
-Layout: RUN_DIR/checkpoints/step_NNNNNN/ holds `driver.pt` (this module: step, policy
-version, question cursor, RNG states, cumulative counts) and `learner/` (DeepSpeed engine
-and optimiser states, written by the learner workers); RUN_DIR/checkpoints/latest names
-the newest complete one. `latest` is written last, so a run killed mid-save resumes from
-the previous checkpoint.
+RUN_DIR/checkpoints/step_NNNNNN/ holds `learner/` (the learner's own state: weights and
+optimiser, written by `Learner.save`) and `driver.pt` (this module's `DriverState`: step,
+versions, rollout count, question cursor, RNG states, ledger). A checkpoint is assembled in
+`step_NNNNNN.partial/` and renamed into place when complete; RUN_DIR/checkpoints/latest then
+names it, replaced atomically. A run killed at any moment leaves `latest` naming a complete
+checkpoint (or none), never a half-written one.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from mmrag.training.reference import QuestionCursor
+from mmrag.training.learner import Learner
 
 
 @dataclass
@@ -25,37 +28,23 @@ class DriverState:
 
     step: int
     """Optimiser steps completed."""
-    policy_version: int
-    """Weights version the learner last published."""
-    rollouts: int
-    """Rollout batches drawn so far (seeds the replicas' samplers; batches buffered ahead are not resumed)."""
+    learner_version: int
+    """Weights version of the learner at this step."""
+    rollouts_started: int
+    """Rollout batches started so far (they number the batches and seed their sampling)."""
     cursor_epoch: int
     """QuestionCursor: completed passes over the training questions."""
     cursor_position: int
     """QuestionCursor: position in the current pass."""
     reward_shuffle_rng: tuple
     """`random.Random` state of the reward-shuffle control."""
+    ledger: dict[str, int]
+    """The rollout ledger's totals at this step."""
     torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)
-    """Driver's torch RNG state."""
     numpy_rng: tuple = field(default_factory=np.random.get_state)
-    """Driver's numpy RNG state."""
     python_rng: tuple = field(default_factory=random.getstate)
-    """Driver's `random` module state."""
-    totals: dict[str, int] = field(default_factory=dict)
-    """Cumulative produced / trained / dropped_stale / failed counts."""
 
-    @classmethod
-    def capture(cls, step: int, policy_version: int, rollouts: int, cursor: QuestionCursor,
-                shuffle_rng: random.Random, totals: dict[str, int]) -> DriverState:
-        return cls(step, policy_version, rollouts, cursor.epoch, cursor.position, shuffle_rng.getstate(),
-                   totals=dict(totals))
-
-    def restore(self, cursor: QuestionCursor, shuffle_rng: random.Random) -> None:
-        """Put the cursor and every RNG back where they were when this state was captured."""
-        cursor.epoch = self.cursor_epoch
-        cursor._order = cursor._shuffled()
-        cursor.position = self.cursor_position
-        shuffle_rng.setstate(self.reward_shuffle_rng)
+    def restore_global_rngs(self) -> None:
         torch.set_rng_state(self.torch_rng)
         np.random.set_state(self.numpy_rng)
         random.setstate(self.python_rng)
@@ -66,16 +55,26 @@ def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
 
 
 def learner_dir(checkpoint: str | Path) -> Path:
-    """Where the learner workers write their DeepSpeed states inside one checkpoint."""
+    """Where the learner writes its state inside one checkpoint."""
     return Path(checkpoint) / "learner"
 
 
-def save_driver_state(checkpoint: str | Path, state: DriverState) -> None:
-    """Write the driver's state and mark `checkpoint` as the run's latest (call after the learner saved)."""
-    checkpoint = Path(checkpoint)
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    torch.save(asdict(state), checkpoint / "driver.pt")
-    (checkpoint.parent / "latest").write_text(checkpoint.name + "\n")
+def save_checkpoint(run_dir: str | Path, learner: Learner, state: DriverState) -> Path:
+    """Write the learner's and the driver's state as checkpoint `state.step`, then mark it the latest."""
+    final = checkpoint_dir(run_dir, state.step)
+    staging = final.with_name(final.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    learner.save(learner_dir(staging))
+    torch.save(asdict(state), staging / "driver.pt")
+    if final.exists():  # the same step saved again, after the learner was restored from an older one
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    marker = final.parent / "latest"
+    temporary = marker.with_name("latest.partial")
+    temporary.write_text(final.name + "\n")
+    os.replace(temporary, marker)
+    return final
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -91,5 +90,4 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def load_driver_state(checkpoint: str | Path) -> DriverState:
-    fields = torch.load(Path(checkpoint) / "driver.pt", weights_only=False)
-    return DriverState(**fields)
+    return DriverState(**torch.load(Path(checkpoint) / "driver.pt", weights_only=False))

@@ -1,8 +1,9 @@
 """Greedy evaluation of a pipeline on held-out questions.
 
-Runs the inference path (N = M = 1, both components greedy) and reports the mean
-reward plus what explains it: retrieval recall@K of the gold documents, how often a
-gold document was among the kept ones, how many documents were kept, query length.
+Runs the inference path (N = M = 1, both components greedy) through any `Stages`
+implementation and reports the mean reward plus what explains it: retrieval recall@K of the
+gold documents, how often a gold document was among the kept ones, how many documents were
+kept, query length.
 """
 
 from __future__ import annotations
@@ -10,7 +11,25 @@ from __future__ import annotations
 import statistics
 
 from mmrag.data.dataset import Question
-from mmrag.training.rollout_batch import greedy_batch
+from mmrag.training.stages import QuestionTable, Stages
+
+
+def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
+    """The inference path: greedy query, top-K, greedy selection, answer, reward; one record per question."""
+    table = QuestionTable.of(questions)
+    rows = list(range(len(questions)))
+    queries = stages.translate_greedy(table)
+    hits = stages.retrieve(queries)
+    selections = stages.rerank_greedy(table, rows, queries, hits)
+    evidence = [[row[j].text for j in selection] for row, selection in zip(hits, selections)]
+    answers = stages.answer(table, rows, evidence)
+    rewards = stages.score(table, rows, answers)
+    return [
+        {"id": q.id, "question": q.question, "query": query, "answer": answer, "reward": float(reward),
+         "retrieved": [h.doc_id for h in row], "selected": [row[j].doc_id for j in selection],
+         "gold": list(q.gold_doc_ids)}
+        for q, query, row, selection, answer, reward in zip(questions, queries, hits, selections, answers, rewards)
+    ]
 
 
 def summarize(predictions: list[dict]) -> dict[str, float]:
@@ -31,9 +50,9 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
     }
 
 
-def evaluate(pipeline, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:
+def evaluate(stages: Stages, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:
     """(metrics, per-question predictions) of the greedy pipeline on `questions`."""
     predictions = []
     for start in range(0, len(questions), batch_size):
-        predictions.extend(greedy_batch(pipeline, questions[start:start + batch_size]))
+        predictions.extend(greedy_batch(stages, questions[start:start + batch_size]))
     return summarize(predictions), predictions

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from mmrag.config import Config
 
@@ -45,3 +46,13 @@ def load_reranker_weights(reranker, export_dir: str | Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing reranker weights in the exported checkpoint")
     reranker.load_trainable_state_dict(torch.load(path, map_location="cpu"))
+
+
+def exported_trainable_weights(export_dir: str | Path) -> dict[str, torch.Tensor]:
+    """Every trained weight of an export by name (`translator/...` from its safetensors, `reranker/...`), on CPU."""
+    export_dir = Path(export_dir)
+    weights = {f"reranker/{name}": tensor for name, tensor in
+               torch.load(export_dir / "reranker.pt", map_location="cpu").items()}
+    for path in sorted((export_dir / "translator").glob("*.safetensors")):
+        weights.update({f"translator/{name}": tensor for name, tensor in load_file(path).items()})
+    return weights

@@ -31,6 +31,10 @@ COMPONENTS = ("translator", "reranker")
 """The trainable components, in the order every learner steps them."""
 
 
+class LearnerFailed(RuntimeError):
+    """An update that cannot finish because the learner lost a part of itself (a rank); `Learner.restart` it."""
+
+
 @dataclass
 class Weights:
     """The trainable weights of one version (only the adapters with LoRA)."""
@@ -87,6 +91,9 @@ class Learner(Protocol):
 
     def export(self, directory: str | Path) -> None:
         """The trained components in `mmrag.training.export.save_export`'s layout."""
+
+    def restart(self, directory: str | Path | None) -> None:
+        """After a `LearnerFailed`: rebuild, restoring what `save` wrote into `directory` (None: the initial weights)."""
 
     def shutdown(self) -> None: ...
 
@@ -194,6 +201,12 @@ class LocalLearner:
 
     def export(self, directory: str | Path) -> None:
         save_export(directory, self.translator, self.reranker, self.version, self.cfg)
+
+    def restart(self, directory: str | Path | None) -> None:
+        """In process nothing is lost without the driver: restarting is loading a checkpoint."""
+        if directory is None:
+            raise ValueError("LocalLearner.restart: needs a checkpoint (its initial weights were trained in place)")
+        self.load(directory)
 
     def shutdown(self) -> None:
         """Nothing to release: the components belong to whoever passed them in."""

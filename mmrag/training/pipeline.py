@@ -1,48 +1,54 @@
-"""The MM-RAG pipeline as five stage calls, in one process.
+"""LocalPipeline: every stage of the MM-RAG pipeline loaded in this process.
 
-translate (image, question -> queries) -> retrieve (query -> top-K documents) ->
-rerank (-> ordered selection, possibly empty) -> answer (frozen generator) -> score
-(frozen reward model). The rollout and evaluation code talks only to these stage
-methods, so the distributed driver can hand it actor-backed stages with the same
-signatures instead of this in-process `LocalPipeline`.
+translate (image, question -> queries) -> retrieve (query -> top-K documents) -> rerank
+(-> ordered selection, possibly empty) -> answer (frozen generator) -> score (frozen
+reward model). It implements `mmrag.training.stages.Stages`, the interface the trainer
+loop, the rollout stream and evaluation call; `actors.stages.ActorPools` implements the
+same interface over Ray actors. The single-process mode trains this pipeline's translator
+and reranker in place.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image
+import torch
 
 from mmrag.config import Config
-from mmrag.models.reranker import AdaptiveReranker, Candidate
+from mmrag.models.clip_encoder import ClipEncoder
+from mmrag.models.generator import build_generator
+from mmrag.models.reranker import AdaptiveReranker, candidates_of
+from mmrag.models.reward import build_reward
 from mmrag.models.translator import QuerySample, QueryTranslator
-from mmrag.retrieval.merge import Hit
-
-Selection = tuple[int, ...]
+from mmrag.retrieval.merge import Hit, LocalRetriever
+from mmrag.rl.plackett_luce import Selection
+from mmrag.training.export import load_reranker_weights, with_exported_translator
+from mmrag.training.learner import Weights, load_trainable_components
+from mmrag.training.seeding import seeded_torch
+from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections
 
 
 @dataclass
 class LocalPipeline:
-    """Every component loaded in this process (the single-process reference trainer, evaluation)."""
+    """Every component loaded in this process (single-process training, evaluation, serving checks)."""
 
     cfg: Config
     translator: QueryTranslator
-    encoder: object
-    retriever: object
+    encoder: ClipEncoder
+    retriever: LocalRetriever
     reranker: AdaptiveReranker
     generator: object
     reward: object
+    policy_version: int = field(default=0)
+    """The weights version the translator and reranker sample with."""
 
     @classmethod
     def from_config(cls, cfg: Config, device: str = "cpu", checkpoint: str | None = None) -> LocalPipeline:
-        """Load every component; `checkpoint` (RUN_DIR/export) replaces the untrained translator and reranker."""
-        from mmrag.models.clip_encoder import ClipEncoder
-        from mmrag.models.generator import build_generator
-        from mmrag.models.reward import build_reward
-        from mmrag.retrieval.merge import LocalRetriever
-        from mmrag.training.export import load_reranker_weights, with_exported_translator
+        """Load every component; `checkpoint` (RUN_DIR/export) replaces the untrained translator and reranker.
 
+        The trainable components start where every learner starts (`load_trainable_components`: seeded).
+        """
         cache = cfg.zoo.cache_dir
         if not (Path(cfg.index.dir) / "manifest.json").exists():
             raise FileNotFoundError(f"index.dir: no index at {cfg.index.dir} (build it with `mmrag index`)")
@@ -51,12 +57,13 @@ class LocalPipeline:
         encoder = ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size)
         retriever = LocalRetriever(cfg.index.dir, cfg.index)
         retriever.manifest.check_encoder(encoder.identity, encoder.dim)
+        translator, reranker = load_trainable_components(cfg, device)
         pipeline = cls(
             cfg=cfg,
-            translator=QueryTranslator.from_config(cfg.translator, cache, device),
+            translator=translator,
             encoder=encoder,
             retriever=retriever,
-            reranker=AdaptiveReranker.from_config(cfg.reranker, cache, device),
+            reranker=reranker,
             generator=build_generator(cfg.generator, cache, device),
             reward=build_reward(cfg.reward, cache, device),
         )
@@ -64,31 +71,56 @@ class LocalPipeline:
             load_reranker_weights(pipeline.reranker, checkpoint)
         return pipeline
 
-    def translate(self, images: list[Image.Image], questions: list[str], n: int) -> list[list[QuerySample]]:
-        return self.translator.sample(images, questions, n, self.cfg.translator.temperature)
+    def install(self, weights: Weights) -> None:
+        """Load published trainable weights (None: the learner trained these very modules in place)."""
+        if weights.translator is not None:
+            self.translator.load_trainable_state_dict(weights.translator)
+        if weights.reranker is not None:
+            self.reranker.load_trainable_state_dict(weights.reranker)
+        self.policy_version = weights.version
 
-    def translate_greedy(self, images: list[Image.Image], questions: list[str]) -> list[str]:
-        return self.translator.greedy(images, questions)
+    def translate(self, table: QuestionTable, n: int, seed: int) -> SampledQueries:
+        return SampledQueries(sample_queries(self.translator, table, n, seed), self.policy_version)
+
+    def translate_greedy(self, table: QuestionTable) -> list[str]:
+        return self.translator.greedy(table.images, table.questions)
 
     def retrieve(self, queries: list[str]) -> list[list[Hit]]:
         return self.retriever.search(self.encoder.encode_texts(queries), self.cfg.index.top_k)
 
-    def rerank(self, images, questions, queries, hits: list[list[Hit]], m: int
-               ) -> tuple[list[list[Selection]], list[list[float]]]:
-        batch = self.reranker.featurize(images, questions, queries, candidates_of(hits))
-        return self.reranker.sample(batch, m, self.cfg.reranker.temperature)
+    def rerank(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]], m: int,
+               seed: int) -> SampledSelections:
+        selections, logprobs = sample_selections(self.reranker, table, rows, queries, hits, m, seed,
+                                                 self.cfg.reranker.temperature)
+        return SampledSelections(selections, logprobs, self.policy_version)
 
-    def rerank_greedy(self, images, questions, queries, hits: list[list[Hit]]) -> list[Selection]:
-        batch = self.reranker.featurize(images, questions, queries, candidates_of(hits))
-        return self.reranker.greedy(batch)
+    def rerank_greedy(self, table: QuestionTable, rows: list[int], queries: list[str],
+                      hits: list[list[Hit]]) -> list[Selection]:
+        return greedy_selections(self.reranker, table, rows, queries, hits)
 
-    def answer(self, images, questions, evidence: list[list[str]]) -> list[str]:
-        return self.generator.answer(images, questions, evidence)
+    def answer(self, table: QuestionTable, rows: list[int], evidence: list[list[str]]) -> list[str]:
+        return self.generator.answer(table.images_of(rows), table.questions_of(rows), evidence)
 
-    def score(self, questions, answers, references) -> list[float]:
-        return self.reward.score(questions, answers, references)
+    def score(self, table: QuestionTable, rows: list[int], answers: list[str]) -> list[float]:
+        return self.reward.score(table.questions_of(rows), answers, table.references_of(rows))
 
 
-def candidates_of(hits: list[list[Hit]]) -> list[list[Candidate]]:
-    """Retrieval hits as the reranker's candidates (images decoded)."""
-    return [[Candidate.from_hit(hit) for hit in row] for row in hits]
+def sample_queries(translator: QueryTranslator, table: QuestionTable, n: int, seed: int) -> list[list[QuerySample]]:
+    """n queries per question at `translator.temperature`, drawn from a generator seeded with `seed` alone."""
+    with seeded_torch(seed, translator.model.device):
+        return translator.sample(table.images, table.questions, n)
+
+
+def sample_selections(reranker: AdaptiveReranker, table: QuestionTable, rows: list[int], queries: list[str],
+                      hits: list[list[Hit]], m: int, seed: int,
+                      temperature: float) -> tuple[list[list[Selection]], list[list[float]]]:
+    """m selections per query row at `temperature`, from a generator seeded with `seed` alone."""
+    batch = reranker.featurize(table.images_of(rows), table.questions_of(rows), queries, candidates_of(hits))
+    return reranker.sample(batch, m, temperature, torch.Generator().manual_seed(seed))
+
+
+def greedy_selections(reranker: AdaptiveReranker, table: QuestionTable, rows: list[int], queries: list[str],
+                      hits: list[list[Hit]]) -> list[Selection]:
+    """The inference selection of each query row."""
+    return reranker.greedy(reranker.featurize(table.images_of(rows), table.questions_of(rows), queries,
+                                              candidates_of(hits)))

@@ -1,10 +1,11 @@
-"""Local updates: turn scored rollout trees into one optimiser step per trainable component.
+"""Local losses of a batch: scored rollout trees -> one differentiable loss per trainable component.
 
 Translator: DPO (or reference-free DPO) on preference pairs among the N sampled queries
 of each question. Reranker: the listwise Plackett-Luce policy loss weighted by each
 selection's advantage among its M siblings, or the pairwise preference variant. Both
-recompute log-probs under the current weights, so the same functions serve the
-single-process reference trainer and the distributed learners.
+recompute log-probs under the current weights, so the same functions serve the in-process
+learner and the DeepSpeed ranks (`mmrag.training.learner`, `mmrag.training.deepspeed_rank`),
+which take the optimiser steps.
 
 Asynchronous training hands the learner experience drawn by an older policy version.
 The reranker's losses estimate the gradient at the policy that draws the samples, so a
@@ -36,13 +37,12 @@ import torch
 
 from mmrag.config import TrainConfig
 from mmrag.data.dataset import Question
-from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.reranker import AdaptiveReranker, candidates_of
 from mmrag.models.translator import QueryTranslator
 from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, preference_stats,
                              reference_free_dpo_loss, reranker_preference_pairs, translator_preference_pairs,
                              truncated_importance_weights)
 from mmrag.rl.rollout import Node, nodes_at
-from mmrag.training.pipeline import candidates_of
 
 
 @dataclass
@@ -58,12 +58,6 @@ class LocalLoss:
     combine them key by key. Translator: `reward_margin`, `pair_accuracy` (DPO's implicit reward). Reranker:
     `importance_ratio_mean` and `importance_ratio_truncated` (the fraction above the cap), reported whether or not
     the correction is on; `pairwise` adds `reward_margin` and `pair_accuracy`."""
-
-
-def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
 
 
 def translator_pairs(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, Node]]:
@@ -178,20 +172,3 @@ def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
     if component == "reranker":
         return sum(len(examples) for _, _, examples in reranker_rows(roots, cfg))
     raise ValueError(f"example_count: component {component!r}: expected 'translator' or 'reranker'")
-
-
-def _update(optimizer: torch.optim.Optimizer, local: LocalLoss) -> dict:
-    """One optimiser step on a local loss (none without examples, as a batch without signal asks); its record."""
-    if local.examples:
-        _step(optimizer, local.loss)
-    return {"loss": float(local.loss.detach()), "examples": local.examples, **local.stats}
-
-
-def update_translator(translator, optimizer, roots, cfg: TrainConfig, policy_version: int = 0) -> dict:
-    """One step on `translator_loss` under the weights of `policy_version`; the update record."""
-    return _update(optimizer, translator_loss(translator, roots, cfg, policy_version))
-
-
-def update_reranker(reranker, optimizer, roots, cfg: TrainConfig, temperature: float, policy_version: int = 0) -> dict:
-    """One step on `reranker_loss` under the weights of `policy_version`; the update record."""
-    return _update(optimizer, reranker_loss(reranker, roots, cfg, temperature, policy_version))

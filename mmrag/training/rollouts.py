@@ -1,0 +1,115 @@
+"""The learner's supply of experience: rollout batches started ahead, handed over in order, stale ones dropped.
+
+With `train.max_policy_lag` = L, at most L + 1 batches are rolled out or buffered while the
+learner waits, and at most L while it trains: a batch started while the learner holds
+version v is trained at version v + L at the latest, so the bound holds by construction
+(0: synchronous, nothing is rolled out while the learner trains). Batches are handed over in
+the order they were started; one whose oldest sample lags the learner by more than L when
+its turn comes (possible after a restart) is dropped and counted. Every batch's questions
+are accounted for in the `RolloutLedger`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from mmrag.config import Config
+from mmrag.rl.rollout import Node, nodes_at
+from mmrag.training.accounting import RolloutLedger
+from mmrag.training.learner import PendingUpdate
+from mmrag.training.run import QuestionCursor, score_trees
+from mmrag.training.streaming import RolloutBatch, RolloutStream, assemble_trees
+
+
+class RolloutFailed(RuntimeError):
+    """Rollouts keep failing: a stage that cannot work, not one bad batch."""
+
+
+@dataclass
+class Experience:
+    """A scored batch of rollout trees, ready for the learner."""
+
+    roots: list[Node]
+    number: int
+    """The rollout number (1, 2, ... over the run) that drew it."""
+    versions: dict[str, int]
+    """The oldest translator and reranker versions among its samples."""
+    seconds: float
+    """Wall seconds from the start of its rollout to its end."""
+
+    @property
+    def oldest_version(self) -> int:
+        return min(self.versions.values())
+
+
+class Rollouts:
+    def __init__(self, cfg: Config, stream: RolloutStream, cursor: QuestionCursor, ledger: RolloutLedger,
+                 started: int = 0):
+        self.cfg, self.stream, self.cursor, self.ledger = cfg, stream, cursor, ledger
+        self.max_lag = cfg.train.max_policy_lag
+        if self.max_lag < 0:
+            raise ValueError(f"train.max_policy_lag: expected >= 0, got {self.max_lag}")
+        self.started = started
+        """Rollout batches started so far over the run (numbers the batches, seeds their sampling)."""
+        self.queue: deque[RolloutBatch] = deque()
+        """Started batches not yet handed over, oldest first (rolling out, or finished and buffered)."""
+        self.shuffle_rng = random.Random(cfg.train.seed)
+        self.failed_in_a_row = 0
+
+    def next_experience(self, learner_version: int, steps_left: int | None = None) -> Experience:
+        """The oldest fresh batch, scored; rolls out (and drops) what it must to get one, starting no more batches
+        ahead than the `steps_left` (this one included) need."""
+        while True:
+            self._fill(training=False, most=steps_left)
+            batch = self.queue[0]
+            while batch.finished is None:
+                self._pump()
+            self.queue.popleft()
+            if batch.failed:
+                self.failed_in_a_row += 1
+                if self.failed_in_a_row >= self.cfg.learner.max_failed_batches:
+                    raise RolloutFailed(f"{self.failed_in_a_row} rollout batches failed in a row "
+                                        f"(learner.max_failed_batches); the last: {batch.error}")
+                continue
+            self.failed_in_a_row = 0
+            roots = assemble_trees(batch)
+            versions = {level: min(n.policy_version for root in roots for n in nodes_at(root, level))
+                        for level in ("translator", "reranker")}
+            experience = Experience(roots, batch.number, versions, batch.finished - batch.started)
+            if learner_version - experience.oldest_version > self.max_lag:
+                self.ledger.dropped(len(roots))
+                continue
+            score_trees(roots, self.cfg, self.shuffle_rng)
+            self.ledger.trained_on(len(roots))
+            return experience
+
+    def overlap(self, pending: PendingUpdate, steps_after: int) -> None:
+        """Keep rolling out (within the lag bound, and no more than the `steps_after` this one need) until the
+        learner's update is done."""
+        while not pending.done():
+            self._fill(training=True, most=steps_after)
+            self._pump(also=pending.futures)
+
+    def discard(self) -> None:
+        """Abandon every started batch (after a learner restore: lost weights drew them; the ledger says so)."""
+        for batch in self.queue:
+            self.stream.abandon(batch, "discarded: the learner was restored from a checkpoint")
+        self.queue.clear()
+
+    @property
+    def buffered(self) -> int:
+        """Questions in finished batches not yet handed over."""
+        return sum(len(b.questions) for b in self.queue if b.finished is not None and not b.failed)
+
+    def _fill(self, training: bool, most: int | None = None) -> None:
+        limit = self.max_lag + (0 if training else 1)
+        while len(self.queue) < (limit if most is None else min(limit, most)):
+            self.started += 1
+            questions = self.cursor.next_batch(self.cfg.train.questions_per_step)
+            self.queue.append(self.stream.start(questions, self.started))
+
+    def _pump(self, also: list = ()) -> None:
+        for batch in self.stream.pump(also):
+            self.ledger.finished(len(batch.questions), batch.failed)

@@ -1,0 +1,75 @@
+"""What every training run shares, whichever parts it runs on: questions, reward backprop, records.
+
+`QuestionCursor` walks the training questions in resumable shuffled passes; `score_trees` is
+reward backpropagation on a rolled-out batch (optional reward-shuffle control, node values,
+sibling advantages); `rollout_metrics` summarises a batch for the run's record;
+`prepare_run_dir` writes the run's config beside its metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from pathlib import Path
+
+from mmrag.config import Config, config_to_dict
+from mmrag.data.dataset import Question
+from mmrag.rl.rollout import Node, backprop_values, compute_advantages, leaves, nodes_at, shuffle_leaf_rewards
+
+
+class QuestionCursor:
+    """Endless shuffled passes over the training questions; `epoch` and `position` are its resumable state."""
+
+    def __init__(self, questions: list[Question], seed: int, epoch: int = 0, position: int = 0):
+        if not questions:
+            raise ValueError("training questions: the train split is empty (check data.dir)")
+        self.questions, self.seed = questions, seed
+        self.epoch, self.position = epoch, position
+        self._order = self._shuffled()
+
+    def _shuffled(self) -> list[int]:
+        order = list(range(len(self.questions)))
+        random.Random(self.seed * 100_003 + self.epoch).shuffle(order)
+        return order
+
+    def next_batch(self, size: int) -> list[Question]:
+        batch = []
+        while len(batch) < size:
+            if self.position == len(self._order):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._shuffled()
+            batch.append(self.questions[self._order[self.position]])
+            self.position += 1
+        return batch
+
+
+def score_trees(roots: list[Node], cfg: Config, rng: random.Random) -> None:
+    """Reward backprop: optional reward shuffle (control), node values, sibling advantages."""
+    if cfg.train.shuffle_rewards:
+        shuffle_leaf_rewards(roots, rng)
+    for root in roots:
+        backprop_values(root, {"reranker": cfg.train.aggregate, "translator": "mean"})
+        compute_advantages(root)
+
+
+def rollout_metrics(roots: list[Node]) -> dict[str, float]:
+    """Reward per level plus what the components produced, over a batch of scored trees."""
+    batch_leaves = [leaf for root in roots for leaf in leaves(root)]
+    queries = [node for root in roots for node in nodes_at(root, "translator")]
+    return {
+        "reward_mean": statistics.fmean(leaf.reward for leaf in batch_leaves),
+        "value_translator_mean": statistics.fmean(node.value for node in queries),
+        "value_translator_best": statistics.fmean(max(n.value for n in root.children) for root in roots),
+        "docs_kept_mean": statistics.fmean(len(leaf.output) for leaf in batch_leaves),
+        "query_words_mean": statistics.fmean(len(node.output.split()) for node in queries),
+        "leaves": len(batch_leaves),
+    }
+
+
+def prepare_run_dir(cfg: Config) -> Path:
+    """Create the run directory and write the config the run uses into it."""
+    run_dir = Path(cfg.train.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=2))
+    return run_dir

@@ -1,0 +1,265 @@
+"""Streaming rollout: a step's questions as micro-batches flowing through the stage pools.
+
+Each micro-batch goes translate -> retrieve -> rerank -> answer -> score. Stage calls run on
+`StagePools`: in one process each call runs at once (`InlinePools`); on Ray each call is a
+future on one replica of that stage's pool (`actors.stages.ActorPools`), each replica keeping
+a bounded number of calls in flight. `RolloutStream.pump` submits every call whose inputs are
+ready while its pool has room, latest stage first (finishing work frees memory and feeds
+the learner sooner), then waits for any call to finish; so the translator works on
+micro-batch k+1 while the generator answers k. A finished batch becomes rollout trees
+(`assemble_trees`), in question order whatever order its micro-batches finished in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mmrag.data.dataset import Question
+from mmrag.rl.rollout import Node
+from mmrag.training.seeding import call_seed
+from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections, Stages
+
+STAGES = ("translate", "retrieve", "rerank", "answer", "score")
+
+
+class StageFailed(RuntimeError):
+    """A stage call that failed for good (after any re-dispatch the pools do); its micro-batch fails."""
+
+
+class StagePools(Protocol):
+    """Where stage calls run; `stages` is the same pipeline with blocking calls (evaluation, weights)."""
+
+    stages: Stages
+
+    def share(self, table: QuestionTable) -> Any:
+        """The handle stage calls take for this table (on Ray: an object ref, put once)."""
+
+    def has_room(self, stage: str) -> bool:
+        """Whether the stage's pool takes another call now."""
+
+    def submit(self, stage: str, *args: Any) -> Any:
+        """Start one call of `stage` (a `Stages` method name); returns a future."""
+
+    def wait(self, futures: list, timeout: float | None = None) -> list:
+        """Block until at least one of `futures` is done (or `timeout` passes); the done ones."""
+
+    def result(self, future: Any) -> Any:
+        """A done future's value; raises `StageFailed` if its call failed for good."""
+
+
+@dataclass(eq=False)
+class _Done:
+    """A call that already ran in this process."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+class InlinePools:
+    """`StagePools` running every call at once, in this process, on a `Stages` object."""
+
+    def __init__(self, stages: Stages):
+        self.stages = stages
+
+    def share(self, table: QuestionTable) -> QuestionTable:
+        return table
+
+    def has_room(self, stage: str) -> bool:
+        return True
+
+    def submit(self, stage: str, *args: Any) -> _Done:
+        try:
+            return _Done(getattr(self.stages, stage)(*args))
+        except Exception as exc:  # reported by `result`, as a remote call's failure would be
+            return _Done(error=exc)
+
+    def wait(self, futures: list, timeout: float | None = None) -> list:
+        return list(futures)
+
+    def result(self, future: _Done) -> Any:
+        if future.error is not None:
+            raise StageFailed(f"{type(future.error).__name__}: {future.error}") from future.error
+        return future.value
+
+
+@dataclass
+class MicroBatch:
+    """A slice of one rollout batch's questions, and what each stage produced for it so far."""
+
+    batch: RolloutBatch
+    index: int
+    questions: list[Question]
+    table: Any
+    """The shared `QuestionTable` handle every stage call on this micro-batch takes."""
+    stage: int = 0
+    """Index in STAGES of the next stage to run (len(STAGES): finished)."""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seed(self) -> int:
+        return call_seed(self.batch.seed, self.batch.number, self.index)
+
+
+@dataclass
+class RolloutBatch:
+    """One step's worth of questions being rolled out (rollout `number`, counted over the run)."""
+
+    number: int
+    seed: int
+    questions: list[Question]
+    micro_batches: list[MicroBatch] = field(default_factory=list)
+    error: str | None = None
+    """Why the batch failed (a stage call failed for good), or None."""
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return all(mb.stage == len(STAGES) for mb in self.micro_batches)
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class RolloutStream:
+    """Micro-batches of every started batch, moved through the stage pools by `pump`."""
+
+    def __init__(self, pools: StagePools, n: int, m: int, micro_batch_size: int, seed: int):
+        if micro_batch_size < 1:
+            raise ValueError(f"train.micro_batch_size: expected at least 1, got {micro_batch_size}")
+        self.pools, self.n, self.m, self.micro_batch_size, self.seed = pools, n, m, micro_batch_size, seed
+        self.in_flight: dict[Any, tuple[MicroBatch, float]] = {}
+        self.waiting: list[MicroBatch] = []
+        """Micro-batches whose next stage has not been submitted, in start order."""
+        self.stage_seconds: dict[str, float] = defaultdict(float)
+        """Seconds from submission to completion of every call, per stage, since the last `take_stage_seconds`."""
+
+    def start(self, questions: list[Question], number: int) -> RolloutBatch:
+        """Begin rolling out `questions` as rollout batch `number` (its sampling seeds derive from it)."""
+        batch = RolloutBatch(number, self.seed, questions)
+        for index, start in enumerate(range(0, len(questions), self.micro_batch_size)):
+            part = questions[start:start + self.micro_batch_size]
+            batch.micro_batches.append(MicroBatch(batch, index, part, self.pools.share(QuestionTable.of(part))))
+        self.waiting.extend(batch.micro_batches)
+        return batch
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.in_flight or self.waiting)
+
+    def pump(self, also: list = (), timeout: float | None = None) -> list[RolloutBatch]:
+        """Submit what can run, wait for one call to finish (or one of `also`, or `timeout`), advance.
+
+        Returns the batches that finished (or failed) during this call.
+        """
+        self._submit_ready()
+        futures = list(self.in_flight) + list(also)
+        if not futures:
+            return []
+        finished = []
+        for future in self.pools.wait(futures, timeout):
+            if future not in self.in_flight:
+                continue
+            micro_batch, submitted = self.in_flight.pop(future)
+            batch = micro_batch.batch
+            if batch.failed:
+                continue  # a call of an abandoned batch ran out
+            stage = STAGES[micro_batch.stage]
+            self.stage_seconds[stage] += time.perf_counter() - submitted
+            try:
+                micro_batch.outputs[stage] = self.pools.result(future)
+            except StageFailed as exc:
+                self.abandon(batch, f"{stage} of micro-batch {micro_batch.index}: {exc}")
+                finished.append(batch)
+                continue
+            micro_batch.stage += 1
+            if micro_batch.stage < len(STAGES):
+                self.waiting.append(micro_batch)
+            elif batch.done:
+                batch.finished = time.perf_counter()
+                finished.append(batch)
+        return finished
+
+    def run(self, questions: list[Question], number: int) -> list[Node]:
+        """Roll out one batch to the end and return its trees (in question order); raises if it failed."""
+        batch = self.start(questions, number)
+        while batch.finished is None:
+            self.pump()
+        if batch.failed:
+            raise StageFailed(batch.error)
+        return assemble_trees(batch)
+
+    def abandon(self, batch: RolloutBatch, reason: str) -> None:
+        """Stop working on `batch`: its waiting micro-batches are dropped, its calls in flight run out unread."""
+        batch.error = reason
+        batch.finished = time.perf_counter()
+        self.waiting = [mb for mb in self.waiting if mb.batch is not batch]
+
+    def take_stage_seconds(self) -> dict[str, float]:
+        seconds, self.stage_seconds = dict(self.stage_seconds), defaultdict(float)
+        return seconds
+
+    def _submit_ready(self) -> None:
+        # Latest stage first; within a stage, micro-batches in the order they were started.
+        for stage_index in reversed(range(len(STAGES))):
+            stage = STAGES[stage_index]
+            ready = sorted((mb for mb in self.waiting if mb.stage == stage_index),
+                           key=lambda mb: (mb.batch.number, mb.index))
+            for micro_batch in ready:
+                if not self.pools.has_room(stage):
+                    break
+                self.waiting.remove(micro_batch)
+                future = self.pools.submit(stage, *self._arguments(micro_batch, stage))
+                self.in_flight[future] = (micro_batch, time.perf_counter())
+
+    def _arguments(self, mb: MicroBatch, stage: str) -> tuple:
+        out = mb.outputs
+        if stage == "translate":
+            return mb.table, self.n, mb.seed
+        queries = [s.text for row in out["translate"].queries for s in row]
+        query_rows = [q for q in range(len(mb.questions)) for _ in range(self.n)]
+        if stage == "retrieve":
+            return (queries,)
+        if stage == "rerank":
+            return mb.table, query_rows, queries, out["retrieve"], self.m, mb.seed
+        leaf_rows = [q for q in query_rows for _ in range(self.m)]
+        if stage == "answer":
+            hits, drawn = out["retrieve"], out["rerank"].selections
+            evidence = [[hits[row][j].text for j in selection] for row, row_draws in enumerate(drawn)
+                        for selection in row_draws]
+            return mb.table, leaf_rows, evidence
+        return mb.table, leaf_rows, out["answer"]
+
+
+def assemble_trees(batch: RolloutBatch) -> list[Node]:
+    """One rollout tree per question of a finished batch, in question order; leaves carry rewards.
+
+    Translator nodes record the translator version that drew them, reranker nodes (the leaves)
+    the reranker version, and each leaf's payload both.
+    """
+    roots = []
+    for mb in batch.micro_batches:
+        sampled: SampledQueries = mb.outputs["translate"]
+        selected: SampledSelections = mb.outputs["rerank"]
+        hits, answers, rewards = mb.outputs["retrieve"], mb.outputs["answer"], mb.outputs["score"]
+        versions = {"translator": sampled.policy_version, "reranker": selected.policy_version}
+        row = 0
+        for question, samples in zip(mb.questions, sampled.queries):
+            root = Node("root", output=question.id, policy_version=min(versions.values()),
+                        payload={"question": question})
+            for sample in samples:
+                t_node = root.add(Node("translator", output=sample.text, logprob=sample.logprob,
+                                       policy_version=sampled.policy_version, payload={"hits": hits[row]}))
+                for draw, (selection, logprob) in enumerate(zip(selected.selections[row], selected.logprobs[row])):
+                    leaf = row * len(selected.selections[row]) + draw
+                    t_node.add(Node("reranker", output=tuple(selection), logprob=logprob,
+                                    policy_version=selected.policy_version, reward=float(rewards[leaf]),
+                                    payload={"answer": answers[leaf], "versions": versions,
+                                             "doc_ids": [hits[row][j].doc_id for j in selection]}))
+                row += 1
+            roots.append(root)
+    return roots

@@ -1,0 +1,18 @@
+"""Assertions shared by the tests that compare training runs (imported as `helpers`: pytest puts tests/ on the path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from mmrag.training.export import exported_trainable_weights
+
+
+def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Path, atol: float = 1e-5) -> None:
+    """Two runs' exports hold the same trainable weights, to within `atol`."""
+    expected = exported_trainable_weights(Path(expected_run_dir) / "export")
+    actual = exported_trainable_weights(Path(run_dir) / "export")
+    assert expected.keys() == actual.keys()
+    for name, tensor in expected.items():
+        torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")

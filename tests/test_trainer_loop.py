@@ -1,0 +1,281 @@
+"""The trainer loop's control flow without Ray: in-process stages (tiny random models) and a counting learner.
+
+The learner here takes no optimiser step: each update only bumps the weights version, and
+reports itself done after a few polls, so rollouts run meanwhile as they would beside a
+real learner. What is under test is the loop: the lag bound, stale batches dropped and
+counted, the versions each sample records, micro-batch order, failed batches, and the
+ledger through a resume and a learner failure.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmrag.rl.rollout import leaves, nodes_at
+from mmrag.training.accounting import RolloutLedger
+from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
+from mmrag.training.ledger import read_metrics
+from mmrag.training.loop import train
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.rollouts import RolloutFailed, Rollouts
+from mmrag.training.run import QuestionCursor
+from mmrag.data.dataset import load_questions
+from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
+
+Q = 2  # questions per step (tiny_config)
+
+
+class CountingLearner:
+    """Each update bumps the version once `done()` has been polled `polls` times; update `fail_at` raises once."""
+
+    def __init__(self, polls: int = 0, fail_at: int | None = None, driver_dies_at: int | None = None,
+                 nudged: LocalPipeline | None = None):
+        self.version, self.polls, self.fail_at, self.driver_dies_at = 0, polls, fail_at, driver_dies_at
+        self.nudged = nudged
+        """A pipeline whose translator and reranker each update moves a little, so that samples' log-probs differ
+        from version to version."""
+        self.updates: list[tuple[int, list]] = []
+        self.restored_from: list = []
+
+    def weights(self) -> Weights:
+        return Weights(self.version, None, None)
+
+    def start_update(self, roots):
+        if len(self.updates) + 1 == self.driver_dies_at:
+            raise DriverKilled
+        self.updates.append((self.version, roots))
+        return _Pending(self, len(self.updates))
+
+    def save(self, directory) -> None:
+        Path(directory).mkdir(parents=True)
+        (Path(directory) / "version.json").write_text(json.dumps(self.version))
+
+    def load(self, directory) -> None:
+        self.version = json.loads((Path(directory) / "version.json").read_text())
+
+    def restart(self, directory) -> None:
+        self.restored_from.append(directory)
+        if directory is None:
+            self.version = 0
+        else:
+            self.load(directory)
+
+    def export(self, directory) -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class DriverKilled(BaseException):
+    """The driver process dying mid-run (as SIGKILL would, but inside the test's process)."""
+
+
+class _Pending:
+    futures = ()
+
+    def __init__(self, learner: CountingLearner, number: int):
+        self.learner, self.number, self.polled = learner, number, 0
+
+    def done(self) -> bool:
+        self.polled += 1
+        return self.polled > self.learner.polls
+
+    def result(self) -> LearnerUpdate:
+        if self.number == self.learner.fail_at:
+            self.learner.fail_at = None
+            raise LearnerFailed(f"rank 0 died during update {self.number}")
+        self.learner.version += 1
+        if self.learner.nudged is not None:
+            with torch.no_grad():
+                self.learner.nudged.reranker.stop_scorer.linear.bias.add_(0.1)
+                next(self.learner.nudged.translator.model.parameters()).mul_(1.01)
+        return LearnerUpdate(self.learner.version, {}, 0.0, self.learner.weights())
+
+
+class ShuffledPools(InlinePools):
+    """Calls finish one at a time, in random order, like replicas of different speeds."""
+
+    def __init__(self, stages, seed: int):
+        super().__init__(stages)
+        self.rng = random.Random(seed)
+
+    def wait(self, futures, timeout=None):
+        return [self.rng.choice(list(futures))] if futures else []
+
+
+class VersionRecorder:
+    """The pipeline's stages, noting the version installed when each sample was drawn (keyed by its log-prob)."""
+
+    def __init__(self, pipeline: LocalPipeline):
+        self.pipeline = pipeline
+        self.translator_versions: dict[float, int] = {}
+        self.reranker_versions: dict[float, int] = {}
+
+    def __getattr__(self, name):
+        return getattr(self.pipeline, name)
+
+    def translate(self, *args):
+        drawn = self.pipeline.translate(*args)
+        self.translator_versions.update({s.logprob: self.pipeline.policy_version for row in drawn.queries for s in row})
+        return drawn
+
+    def rerank(self, *args):
+        drawn = self.pipeline.rerank(*args)
+        self.reranker_versions.update({lp: self.pipeline.policy_version for row in drawn.logprobs for lp in row})
+        return drawn
+
+
+class FailingOnce:
+    """The pipeline's stages, with the first sampling `rerank` call raising."""
+
+    def __init__(self, pipeline: LocalPipeline):
+        self.pipeline, self.failed = pipeline, False
+
+    def __getattr__(self, name):
+        return getattr(self.pipeline, name)
+
+    def rerank(self, *args):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("reranker out of memory")
+        return self.pipeline.rerank(*args)
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_config, tmp_path_factory) -> LocalPipeline:
+    return LocalPipeline.from_config(tiny_config(tmp_path_factory.mktemp("unused")))
+
+
+def step_records(run_dir) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if "ledger" in r]
+
+
+def test_micro_batches_finishing_out_of_order_give_the_trees_in_question_order(pipeline, synth_dir):
+    questions = load_questions(synth_dir, "train")[:5]
+
+    def trees(pools) -> list:
+        stream = RolloutStream(pools, n=2, m=2, micro_batch_size=1, seed=7)
+        batch = stream.start(questions, number=1)
+        while batch.finished is None:
+            stream.pump()
+        return [(root.output, [(t.output, [(leaf.output, leaf.reward) for leaf in t.children])
+                               for t in root.children]) for root in assemble_trees(batch)]
+
+    in_order = trees(InlinePools(pipeline))
+    assert [tree[0] for tree in in_order] == [q.id for q in questions]
+    assert trees(ShuffledPools(pipeline, seed=1)) == in_order
+    assert trees(ShuffledPools(pipeline, seed=2)) == in_order
+
+
+def test_synchronous_loop_never_rolls_out_while_the_learner_trains(pipeline, tiny_config, tmp_path):
+    learner = CountingLearner(polls=3)
+    summary = train(tiny_config(tmp_path), InlinePools(pipeline), learner, progress=False)
+    records = step_records(tmp_path)
+    assert [(r["step"], r["rollout"], r["policy_lag"]) for r in records] == [(s, s, 0) for s in range(1, 5)]
+    assert [version for version, _ in learner.updates] == [0, 1, 2, 3]
+    assert summary["ledger"]["rolled_out"] == summary["ledger"]["trained"] == 4 * Q
+
+
+def test_rollouts_run_ahead_while_the_learner_trains_within_the_lag_bound(pipeline, tiny_config, tmp_path):
+    summary = train(tiny_config(tmp_path, "train.max_policy_lag=2", "train.steps=6"), InlinePools(pipeline),
+                    CountingLearner(polls=4), progress=False)
+    assert summary["ledger"]["rolled_out"] == summary["ledger"]["trained"] == 6 * Q, "nothing rolled out in vain"
+    records = step_records(tmp_path)
+    assert [r["step"] for r in records] == list(range(1, 7))
+    assert all(r["policy_lag"] <= 2 for r in records)
+    assert max(r["policy_lag"] for r in records) == 2, "three batches rolled out before the first update ended"
+    assert all(r["ledger"]["buffered"] <= 2 * Q for r in records)
+    assert all(r["ledger"]["dropped_stale"] == 0 for r in records)
+
+
+def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_config, tmp_path, synth_dir):
+    cfg = tiny_config(tmp_path, "train.max_policy_lag=1")
+    ledger = RolloutLedger()
+    rollouts = Rollouts(cfg, RolloutStream(InlinePools(pipeline), 2, 2, 1, 0),
+                        QuestionCursor(load_questions(synth_dir, "train"), 0), ledger)
+    pipeline.install(Weights(0, None, None))
+    first = rollouts.next_experience(learner_version=0)
+    rollouts.overlap(_Pending(CountingLearner(polls=2), 1), steps_after=10)  # batch 2 is drawn by version 0
+    pipeline.install(Weights(3, None, None))  # ...and the learner is at version 3 when its turn comes
+    fresh = rollouts.next_experience(learner_version=3)
+    assert (first.number, fresh.number, fresh.oldest_version) == (1, 3, 3)
+    assert (ledger.dropped_stale, ledger.trained) == (Q, 2 * Q)
+    ledger.check()
+    pipeline.install(Weights(0, None, None))
+
+
+def test_every_sample_records_the_version_that_drew_it(pipeline, tiny_config, tmp_path):
+    recorder = VersionRecorder(pipeline)
+    initial = (pipeline.translator.trainable_state_dict(), pipeline.reranker.trainable_state_dict())
+    learner = CountingLearner(polls=1, nudged=pipeline)
+    train(tiny_config(tmp_path, "train.max_policy_lag=1", "train.steps=5"), InlinePools(recorder), learner,
+          progress=False)
+    pipeline.install(Weights(0, *initial))
+    mixed = 0
+    for learner_version, roots in learner.updates:
+        for root in roots:
+            for query in nodes_at(root, "translator"):
+                assert query.policy_version == recorder.translator_versions[query.logprob]
+                for leaf in query.children:
+                    assert leaf.policy_version == recorder.reranker_versions[leaf.logprob]
+                    assert leaf.payload["versions"] == {"translator": query.policy_version,
+                                                        "reranker": leaf.policy_version}
+                    assert learner_version - min(leaf.payload["versions"].values()) <= 1
+                    mixed += query.policy_version != leaf.policy_version
+    assert mixed > 0, "some batch straddled a weights install, so its stages sampled with different versions"
+
+
+def test_a_failed_stage_call_fails_its_batch_and_the_ledger_counts_it(pipeline, tiny_config, tmp_path):
+    summary = train(tiny_config(tmp_path, "train.steps=2"), InlinePools(FailingOnce(pipeline)), CountingLearner(),
+                    progress=False)
+    assert [r["rollout"] for r in step_records(tmp_path)] == [2, 3]
+    assert summary["ledger"] == {**RolloutLedger().as_dict(), "rolled_out": 3 * Q, "trained": 2 * Q, "failed": Q}
+
+
+def test_resuming_counts_the_batches_buffered_at_the_checkpoint_as_lost(pipeline, tiny_config, tmp_path):
+    settings = ("train.max_policy_lag=1", "train.checkpoint_every=1")
+    # The learner is slow enough that the batch rolled out ahead is finished when step 2 is saved.
+    with pytest.raises(DriverKilled):
+        train(tiny_config(tmp_path, *settings), InlinePools(pipeline), CountingLearner(polls=10, driver_dies_at=3),
+              progress=False)
+    buffered_at_checkpoint = step_records(tmp_path)[-1]["ledger"]["buffered"]
+    assert buffered_at_checkpoint == Q
+    learner = CountingLearner(polls=3)
+    summary = train(tiny_config(tmp_path, *settings), InlinePools(pipeline), learner, resume=True, progress=False)
+    assert learner.updates[0][0] == 2, "the learner resumed at the checkpoint's version"
+    assert [r["step"] for r in step_records(tmp_path)] == [1, 2, 3, 4]
+    ledger = summary["ledger"]
+    assert ledger["lost_on_resume"] == buffered_at_checkpoint
+    assert ledger["trained"] == 4 * Q
+    RolloutLedger(**ledger).check()
+
+
+def test_a_learner_failure_restores_the_checkpoint_and_redoes_the_steps_after_it(pipeline, tiny_config, tmp_path):
+    learner = CountingLearner(fail_at=4)
+    summary = train(tiny_config(tmp_path, "train.checkpoint_every=2", "train.steps=5"), InlinePools(pipeline),
+                    learner, progress=False)
+    assert learner.restored_from == [tmp_path / "checkpoints" / "step_000002" / "learner"]
+    assert [version for version, _ in learner.updates] == [0, 1, 2, 3, 2, 3, 4]
+    # Synchronous and seeded: the redone steps roll out exactly the batches that were lost.
+    lost, redone = learner.updates[2:4], learner.updates[4:6]
+    for (_, lost_roots), (_, redone_roots) in zip(lost, redone):
+        assert [(r.output, [t.output for t in r.children], [leaf.reward for leaf in leaves(r)]) for r in lost_roots] \
+            == [(r.output, [t.output for t in r.children], [leaf.reward for leaf in leaves(r)]) for r in redone_roots]
+    assert summary["ledger"] == {**RolloutLedger().as_dict(), "rolled_out": 7 * Q, "trained": 5 * Q,
+                                 "lost_to_learner_failure": 2 * Q, "steps_redone": 1}
+    assert [r["step"] for r in step_records(tmp_path)] == [1, 2, 3, 3, 4, 5]
+
+
+def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeline, tiny_config, tmp_path):
+    class BrokenReranker(FailingOnce):
+        def rerank(self, *args):
+            raise RuntimeError("reranker out of memory")
+
+    with pytest.raises(RolloutFailed, match=r"3 rollout batches failed in a row .* rerank .*reranker out of memory"):
+        train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)
