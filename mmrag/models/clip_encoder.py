@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mmrag.checksum import file_sha256
+
 Fusion = Literal["mean", "text", "image"]
 
 
@@ -33,8 +35,6 @@ def resolve_pretrained(model_name: str, pretrained: str, cache_dir: str) -> str:
 
 def _checkpoint_sha256(path: Path) -> str:
     """Content hash of a checkpoint file, or of every file under a checkpoint directory."""
-    from mmrag.retrieval.manifest import file_sha256
-
     if path.is_file():
         return file_sha256(path)
     listing = [f"{file.relative_to(path)}:{file_sha256(file)}" for file in sorted(path.rglob("*")) if file.is_file()]
