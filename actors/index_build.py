@@ -28,6 +28,7 @@ from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from tqdm import tqdm
 
+from cluster.connect import connect
 from mmrag.retrieval.build import EmbedJob
 from mmrag.retrieval.build_report import peak_rss_mb
 from mmrag.retrieval.kb_parts import KBFile, KBPart
@@ -64,15 +65,31 @@ def _run_measured(job: Callable[[], Any]) -> tuple[Any, float]:
 
 
 class RayRunner:
-    """Runs the build's stages on the Ray cluster this process is connected to."""
+    """Runs the build's stages on Ray, joining (or starting) it only when there is work for it.
 
-    def __init__(self, num_workers: int, worker_num_cpus: float, worker_num_gpus: float,
-                 progress: bool = False) -> None:
+    Uses the Ray this process is connected to; otherwise `cluster.connect.connect(address,
+    num_cpus)`, undone by `close`. A no-op build never starts Ray.
+    """
+
+    def __init__(self, num_workers: int, worker_num_cpus: float, worker_num_gpus: float, address: str = "",
+                 num_cpus: int | None = None, progress: bool = False) -> None:
         self.workers, self.num_cpus, self.num_gpus, self.progress = num_workers, worker_num_cpus, worker_num_gpus, progress
+        self.address, self.cluster_cpus = address, num_cpus
+        self.connected = False
+
+    def _connect(self) -> None:
+        self.connected = connect(self.address, self.cluster_cpus) or self.connected
+
+    def close(self) -> None:
+        """Disconnect from Ray if this runner connected."""
+        if self.connected:
+            ray.shutdown()
+            self.connected = False
 
     def embed(self, job: EmbedJob, parts: list[KBPart]) -> Iterator[dict]:
         if not parts:
             return
+        self._connect()
         # build_index shows one bar over rows; Ray Data would warn that its own bars are off.
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
@@ -92,6 +109,7 @@ class RayRunner:
             yield dict(summary)
 
     def run(self, jobs: list[Callable[[], Any]]) -> list[tuple[Any, float]]:
+        self._connect()
         refs = [_run_measured.options(num_cpus=self.num_cpus).remote(job) for job in jobs]
         pending = list(refs)
         with tqdm(total=len(refs), desc="writing shards", unit="file", disable=not self.progress) as bar:

@@ -225,7 +225,7 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
     embedded = _embed(runner, job, [part for part in kb.parts if part.number not in done], progress)
     embed_seconds = time.perf_counter() - embed_start
     pieces = staging.complete_parts(kb.parts)
-    skipped = doc_ids.counts + sum((Counter(piece.skipped) for part in pieces.values() for piece in part), Counter())
+    skipped = sum((Counter(piece.skipped) for part in pieces.values() for piece in part), Counter())
     parts = StagedParts(kb, pieces)
     if sum(parts.sizes) == 0:
         raise KBRowError(f"{kb_path}: no usable rows out of {kb.num_rows} (skipped: {dict(skipped)})")

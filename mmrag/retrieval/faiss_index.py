@@ -66,12 +66,13 @@ def _shard_positions(parts: EmbeddedParts, shard: int, num_shards: int):
 
 def _training_sample(parts: EmbeddedParts, shard: int, num_shards: int, shard_size: int,
                      sample_size: int) -> np.ndarray:
-    """Every k-th vector of the shard, k chosen so that at most `sample_size` are taken."""
-    stride = -(-shard_size // max(1, sample_size))
+    """`sample_size` of the shard's vectors, spread evenly over it (all of them if it has no more)."""
+    wanted = np.unique(np.arange(sample_size, dtype=np.int64) * shard_size // sample_size)
     sample, seen = [], 0
     for part, positions in _shard_positions(parts, shard, num_shards):
-        taken = positions[(seen + np.arange(len(positions))) % stride == 0]
-        sample.append(parts.vectors(part)[taken])
+        first, last = np.searchsorted(wanted, [seen, seen + len(positions)])
+        if last > first:
+            sample.append(parts.vectors(part)[positions[wanted[first:last] - seen]])
         seen += len(positions)
     return np.concatenate(sample)
 
@@ -80,10 +81,13 @@ def write_shard_index(parts: EmbeddedParts, index_dir: Path, name: str, shard: i
                       cfg: IndexConfig) -> tuple[int, dict]:
     """Build shard `shard` of `num_shards` and save it as NAME.faiss; returns (vectors in it, build parameters)."""
     shard_size = len(range(shard, sum(parts.sizes), num_shards))
-    num_train = min(shard_size, cfg.train_sample) if cfg.index_type in ("ivf", "ivfpq") else 0
-    index, params = new_faiss_index(parts.dim, num_train, cfg)
-    if not index.is_trained:
-        index.train(_training_sample(parts, shard, num_shards, shard_size, num_train))
+    if cfg.index_type in ("ivf", "ivfpq"):
+        sample = _training_sample(parts, shard, num_shards, shard_size, min(shard_size, cfg.train_sample))
+        index, params = new_faiss_index(parts.dim, len(sample), cfg)
+        index.train(sample)
+        del sample
+    else:
+        index, params = new_faiss_index(parts.dim, 0, cfg)
     buffer: list[np.ndarray] = []
     for part, positions in _shard_positions(parts, shard, num_shards):
         buffer.append(parts.vectors(part)[positions])
