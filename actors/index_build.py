@@ -4,13 +4,13 @@
 `mmrag.retrieval.build.build_index` unless `--local` is given:
 
 * Embedding: `ray.data.read_datasource(KBPartsDatasource)` has one read task per pending
-  KB part (it reads that part's Parquet row groups), and `map_batches(PartEmbedder)` runs
-  them through `index.num_workers` encoder actors (`index.worker_num_cpus` CPUs and
-  `encoder.num_gpus` GPUs each), one batch per part. Each actor persists its parts itself,
-  so only a one-row summary per part comes back to the driver, and Ray Data's streaming
-  backpressure keeps a few parts in flight, whatever the size of the KB.
-* FAISS stage: the doc-store writer and each shard's index writer run as Ray tasks in
-  fresh worker processes (`max_calls=1`), in parallel, each reporting its own peak RSS.
+  KB part (`actors.kb_datasource`), and `map_batches(PartEmbedder)` runs them through
+  `index.num_workers` encoder actors (`index.worker_num_cpus` CPUs and `encoder.num_gpus`
+  GPUs each), one batch per part. Each actor persists its parts itself, so only a one-row
+  summary per part comes back to the driver, and Ray Data's streaming backpressure keeps a
+  few parts in flight, whatever the size of the KB.
+* FAISS stage: the doc-store writer and each shard's index writer run in parallel, each
+  in a `MeasuredProcess` actor of its own that reports its peak RSS.
 """
 
 from __future__ import annotations
@@ -18,50 +18,18 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any
 
-import pyarrow as pa
 import ray
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
 from ray.util.annotations import RayDeprecationWarning
 from tqdm import tqdm
 
+from actors.kb_datasource import KBPartsDatasource
+from actors.measured_process import MeasuredProcess
 from cluster.connect import connect
 from mmrag.retrieval.build import EmbedJob
-from mmrag.retrieval.build_report import peak_rss_mb
-from mmrag.retrieval.kb_parts import KBFile, KBPart
+from mmrag.retrieval.kb_parts import KBPart
 from mmrag.retrieval.part_embedder import PartEmbedder
-
-
-def _read_part(kb: KBFile, part: KBPart, doc_id_problems: dict[int, str]) -> list[pa.Table]:
-    return [kb.rows_to_embed(part, doc_id_problems)]
-
-
-class KBPartsDatasource(Datasource):
-    """The pending KB parts, one read task and one block each (rows as `KBFile.rows_to_embed` gives them)."""
-
-    def __init__(self, job: EmbedJob, parts: list[KBPart]) -> None:
-        super().__init__()
-        self.job, self.parts = job, parts
-
-    def estimate_inmemory_data_size(self) -> int | None:
-        return None
-
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                       data_context: Any = None) -> list[ReadTask]:
-        """One task per part, whatever `parallelism` asks: a part is the unit of resuming."""
-        return [ReadTask(partial(_read_part, self.job.kb, part, self.job.doc_id_problems.get(part.number, {})),
-                         BlockMetadata(num_rows=part.num_rows, size_bytes=None, exec_stats=None,
-                                       input_files=[str(self.job.kb.path)]),
-                         per_task_row_limit=per_task_row_limit)
-                for part in self.parts]
-
-
-@ray.remote(max_calls=1)
-def _run_measured(job: Callable[[], Any]) -> tuple[Any, float]:
-    return job(), peak_rss_mb()
 
 
 class RayRunner:
@@ -95,7 +63,8 @@ class RayRunner:
         logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
         device = "cuda" if self.num_gpus > 0 else "cpu"
         # One block per part: without override_num_blocks Ray Data splits each read into many small blocks.
-        parts_read = ray.data.read_datasource(KBPartsDatasource(job, parts), override_num_blocks=len(parts))
+        parts_read = ray.data.read_datasource(KBPartsDatasource(job.kb, parts, job.doc_id_problems),
+                                              override_num_blocks=len(parts))
         with warnings.catch_warnings():
             # max_restarts=0: a lost encoder actor fails the build, which a rerun resumes from the persisted
             # parts. Ray's default (restart forever) also logs a misleading error about constructor arguments
@@ -103,18 +72,23 @@ class RayRunner:
             warnings.simplefilter("ignore", RayDeprecationWarning)
             summaries = parts_read.map_batches(
                 PartEmbedder, fn_constructor_kwargs={**job.embedder_args, "device": device}, batch_size=None,
-                batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=self.workers),
+                batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=min(self.workers, len(parts))),
                 num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_restarts=0)
         for summary in summaries.iter_rows():
             yield dict(summary)
 
     def run(self, jobs: list[Callable[[], Any]]) -> list[tuple[Any, float]]:
         self._connect()
-        refs = [_run_measured.options(num_cpus=self.num_cpus).remote(job) for job in jobs]
+        processes = [MeasuredProcess.options(num_cpus=self.num_cpus).remote() for _ in jobs]
+        refs = [process.run.remote(job) for process, job in zip(processes, jobs)]
         pending = list(refs)
-        with tqdm(total=len(refs), desc="writing shards", unit="file", disable=not self.progress) as bar:
-            while pending:
-                finished, pending = ray.wait(pending, num_returns=1)
-                ray.get(finished)  # an error in any writer surfaces now
-                bar.update(len(finished))
-        return ray.get(refs)
+        try:
+            with tqdm(total=len(refs), desc="writing shards", unit="file", disable=not self.progress) as bar:
+                while pending:
+                    finished, pending = ray.wait(pending, num_returns=1)
+                    ray.get(finished)  # an error in any writer surfaces now
+                    bar.update(len(finished))
+            return ray.get(refs)
+        finally:
+            for process in processes:
+                ray.kill(process)

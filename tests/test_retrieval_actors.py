@@ -66,7 +66,7 @@ def test_router_names_a_missing_shard_file(ray_session, tmp_path):
 
 def test_encoder_actor_gives_unit_vectors_independent_of_batching(ray_session, zoo_dir):
     from actors.encoder import EncoderActor
-    from mmrag.retrieval.manifest import file_sha256
+    from mmrag.checksum import file_sha256
     from mmrag.zoo import resolve
 
     cfg = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=4)
