@@ -41,8 +41,8 @@ class RayRunner:
 
     def __init__(self, num_workers: int, worker_num_cpus: float, worker_num_gpus: float, address: str = "",
                  num_cpus: int | None = None, progress: bool = False) -> None:
-        self.workers, self.num_cpus, self.num_gpus, self.progress = num_workers, worker_num_cpus, worker_num_gpus, progress
-        self.address, self.cluster_cpus = address, num_cpus
+        self.workers, self.num_cpus, self.num_gpus = num_workers, worker_num_cpus, worker_num_gpus
+        self.address, self.cluster_cpus, self.progress = address, num_cpus, progress
         self.connected = False
 
     def _connect(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from mmrag.retrieval.doc_ids import check_doc_ids
 from mmrag.retrieval.kb_parts import KBFile, KBRowError, plan_parts
 from mmrag.retrieval.manifest import Manifest
 from mmrag.retrieval.staging import STAGING_DIR
+from pipelines.cli import main
 
 TINY_CLIP = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=32)
 REPO = Path(__file__).resolve().parents[1]
@@ -67,19 +69,25 @@ def read_docstores(index_dir: Path) -> list[pa.Table]:
     return [pa.ipc.open_file(index_dir / entry.docstore_file).read_all() for entry in Manifest.read(index_dir).shards]
 
 
-def test_ray_data_workers_build_the_same_flat_index_as_the_local_path(kb_dir, local_build, zoo_dir, ray_session,
-                                                                      tmp_path):
-    from actors.index_build import RayRunner
+def cli_flags(kb_dir: Path, index_dir: Path, zoo_dir: str) -> list[str]:
+    """`mmrag index` options for the test KB, matching the `local_build` fixture's settings."""
+    return ["--set", f"data.dir={kb_dir}", "--set", f"index.dir={index_dir}", "--set", f"zoo.cache_dir={zoo_dir}",
+            "--set", f"encoder.pretrained={TINY_CLIP.pretrained}", "--set", f"encoder.batch_size={TINY_CLIP.batch_size}",
+            "--set", f"index.part_rows={PART_ROWS}"]
 
+
+def test_mmrag_index_on_ray_data_workers_builds_the_same_flat_index_as_the_local_path(kb_dir, local_build, zoo_dir,
+                                                                                      ray_session, tmp_path, capsys):
     local_dir, local = local_build
-    report = build_index(kb_dir / "kb.parquet", tmp_path, IndexConfig(part_rows=PART_ROWS), TINY_CLIP, zoo_dir,
-                         progress=False, runner=RayRunner(num_workers=2, worker_num_cpus=1, worker_num_gpus=0))
-    kb_rows = pq.ParquetFile(kb_dir / "kb.parquet").metadata.num_rows
-    assert (report.workers, report.rows_embedded, report.manifest.num_docs) == (2, kb_rows, kb_rows)
-    assert report.manifest.fingerprint == local.manifest.fingerprint
-    assert report.peak_rss_mb_worker > 0 and report.peak_rss_mb_writer > 0
+    flags = cli_flags(kb_dir, tmp_path, zoo_dir)
+    assert main(["index", *flags, "--set", "index.num_workers=2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"embedded now +{local.rows_embedded} rows \(2 encoder workers", out), out
+    assert Manifest.read(tmp_path).fingerprint == local.manifest.fingerprint
     assert search_all(tmp_path) == search_all(local_dir)  # identical ids, scores (bit for bit) and documents
     assert read_docstores(tmp_path) == read_docstores(local_dir)
+    assert main(["index", *flags]) == 0
+    assert "kept (unchanged)" in capsys.readouterr().out
 
 
 def embedded_pieces(index_dir: Path) -> list[Path]:
@@ -89,9 +97,7 @@ def embedded_pieces(index_dir: Path) -> list[Path]:
 def test_a_build_killed_midway_resumes_and_ends_as_an_uninterrupted_one(kb_dir, local_build, zoo_dir, tmp_path):
     local_dir, local = local_build
     index_dir = tmp_path / "index"
-    flags = ["--set", f"data.dir={kb_dir}", "--set", f"index.dir={index_dir}", "--set", f"zoo.cache_dir={zoo_dir}",
-             "--set", f"encoder.pretrained={TINY_CLIP.pretrained}", "--set", f"encoder.batch_size={TINY_CLIP.batch_size}",
-             "--set", f"index.part_rows={PART_ROWS}"]
+    flags = cli_flags(kb_dir, index_dir, zoo_dir)
     # One torch thread, as in this process: the vectors are then bit for bit the same.
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     build = subprocess.Popen([sys.executable, "-m", "pipelines.index", "--local", *flags], cwd=REPO, env=env,

@@ -44,6 +44,7 @@ from mmrag.retrieval.manifest import MANIFEST_NAME, Manifest, ShardEntry, build_
 from mmrag.retrieval.part_embedder import PartEmbedder
 from mmrag.retrieval.staging import Staging
 
+
 @dataclass
 class EmbedJob:
     """What an embedding worker needs: the KB, the rows the doc_id check rejected, and PartEmbedder's arguments."""
