@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mmrag.data.synth import generate_dataset
 from pipelines.options import add_config_options, config_from_args, run_main
 
 
@@ -26,8 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mmrag.data.synth import generate_dataset
-
     data = config_from_args(args).data
     out = args.out if args.out is not None else data.dir
     entities = args.entities if args.entities is not None else data.entities

@@ -12,9 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from mmrag.config import EncoderConfig, IndexConfig
+from mmrag.data.dataset import decode_image, load_kb
+from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.retrieval import Hit, LocalRetriever, merge_topk
-from mmrag.retrieval.build import KBRowError, build_index, write_vector_index
+from mmrag.retrieval.build import build_index, write_vector_index
 from mmrag.retrieval.faiss_index import new_faiss_index
+from mmrag.retrieval.kb_parts import KBRowError
 
 TINY_CLIP = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=16)
 
@@ -97,9 +100,6 @@ def test_wrong_encoder_query_dimension_and_missing_shard_file_are_named(tmp_path
 
 
 def test_build_from_synthetic_kb_is_searchable_and_rebuilds_only_on_change(synth_dir, zoo_dir, tmp_path):
-    from mmrag.data.dataset import decode_image
-    from mmrag.models.clip_encoder import ClipEncoder
-
     kb_path = tmp_path / "kb.parquet"
     pq.write_table(pq.read_table(Path(synth_dir) / "kb.parquet").slice(0, 36), kb_path)
     cfg = IndexConfig(num_shards=2, part_rows=10)
@@ -173,9 +173,6 @@ def test_undecodable_image_error_names_its_row(synth_dir, zoo_dir, tmp_path):
 
 
 def test_encoder_fuses_text_and_image_by_normalised_mean(synth_dir, zoo_dir):
-    from mmrag.data.dataset import load_kb
-    from mmrag.models.clip_encoder import ClipEncoder
-
     docs = [doc for doc in load_kb(synth_dir) if doc.image is not None][:3]
     small_batches = ClipEncoder(TINY_CLIP.model_name, TINY_CLIP.pretrained, zoo_dir, batch_size=2)
     texts = small_batches.encode_texts([doc.text for doc in docs])
