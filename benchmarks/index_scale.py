@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import ray
+import torch
 
 from actors.index_build import RayRunner
 from actors.retrieval import RetrievalRouter
@@ -53,13 +54,20 @@ ENTITIES = 120
 K = 10
 
 
-def build_in_fresh_process(kb_path: Path, index_dir: Path, cfg: IndexConfig, cache_dir: str, workers: int) -> dict:
-    """`build_index` in a new process (its peak RSS is then this build's alone); the BuildReport as a dict."""
+def build_in_fresh_process(kb_path: Path, index_dir: Path, cfg: IndexConfig, cache_dir: str, workers: int,
+                           torch_threads: int | None = None) -> dict:
+    """`build_index` in a new process (its peak RSS is then this build's alone); the BuildReport as a dict.
+
+    `workers` 0 embeds in that process, with `torch_threads` threads (default: torch's, one per core).
+    """
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_build, kb_path, index_dir, cfg, cache_dir, workers).result()
+        return pool.submit(_build, kb_path, index_dir, cfg, cache_dir, workers, torch_threads).result()
 
 
-def _build(kb_path: Path, index_dir: Path, cfg: IndexConfig, cache_dir: str, workers: int) -> dict:
+def _build(kb_path: Path, index_dir: Path, cfg: IndexConfig, cache_dir: str, workers: int,
+           torch_threads: int | None) -> dict:
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
     runner = RayRunner(workers, cfg.worker_num_cpus, 0.0, num_cpus=8) if workers else None
     try:
         report = build_index(kb_path, index_dir, cfg, ENCODER, cache_dir, force=False, progress=False, runner=runner)
@@ -95,8 +103,9 @@ def queries_per_second(router: RetrievalRouter, queries: np.ndarray, batch: int)
     return len(queries) / (time.perf_counter() - start)
 
 
-def record(docs: int, build: dict, index_type: str, recall: float | None = None, qps: float | None = None) -> dict:
-    return {"docs": docs, "workers": build["workers"],
+def record(measured: str, docs: int, build: dict, index_type: str, recall: float | None = None,
+           qps: float | None = None) -> dict:
+    return {"measured": measured, "docs": docs, "workers": build["workers"],
             "docs_per_s": round(build["rows_embedded"] / build["embed_seconds"], 1) if build["rows_embedded"] else None,
             "peak_rss_mb_driver": round(build["peak_rss_mb_driver"], 1),
             "peak_rss_mb_worker": round(build["peak_rss_mb_worker"], 1) if build["rows_embedded"] else None,
@@ -131,13 +140,17 @@ def main() -> None:
     records, build_rows, search_rows = [], [], []
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
         work = Path(tmp)
-        for docs, runs in ((args.small, (0, 1, 2)), (args.large, (2,))):
+        # (workers, torch threads of the in-process path): its default, one per core, and one like a Ray worker.
+        for docs, runs in ((args.small, ((0, None), (0, 1), (1, None), (2, None))), (args.large, ((2, None),))):
             kb_path = make_kb(work, docs)
-            for workers in runs:
-                index_dir = work / f"index-{docs}-{workers}"
-                build = build_in_fresh_process(kb_path, index_dir, base, cache_dir, workers)
-                records.append(record(docs, build, "flat"))
-                build_rows.append([f"{docs:,}", "in-process (--local)" if not workers else f"{workers} Ray Data",
+            for workers, threads in runs:
+                index_dir = work / f"index-{docs}-{workers}-{threads}"
+                build = build_in_fresh_process(kb_path, index_dir, base, cache_dir, workers, threads)
+                # Ray gives each worker as many torch threads as CPUs (index.worker_num_cpus = 1).
+                torch_threads = 1 if workers else threads or torch.get_num_threads()
+                records.append(record("build", docs, build, "flat") | {"torch_threads": torch_threads})
+                where = f"in-process (--local), {torch_threads} torch thread{'s' * (torch_threads > 1)}"
+                build_rows.append([f"{docs:,}", where if not workers else f"{workers} Ray Data workers",
                                    f"{records[-1]['docs_per_s']:,.0f}", f"{build['embed_seconds']:.0f}",
                                    f"{build['peak_rss_mb_driver']:.0f}", f"{build['peak_rss_mb_worker']:.0f}",
                                    cell(records[-1]["peak_rss_mb_writer_without_index"], ".0f")])
@@ -157,7 +170,7 @@ def main() -> None:
             router = RetrievalRouter.launch(index_dir, cfg)
             qps = queries_per_second(router, queries, args.batch)
             router.shutdown()
-            records.append(record(args.large, build, index_type, recall, qps))
+            records.append(record("search", args.large, build, index_type, recall, qps))
             params = ", ".join(f"{key}={value}" for key, value in build["build_params"].items()) or "-"
             search_params = {"ivf": f"nprobe={cfg.ivf_nprobe}", "ivfpq": f"nprobe={cfg.ivf_nprobe}",
                              "hnsw": f"efSearch={cfg.hnsw_ef_search}"}.get(index_type, "exact")
@@ -166,7 +179,7 @@ def main() -> None:
                                 f"{recall:.3f}", f"{qps:,.0f}"])
         ray.shutdown()
 
-    small, large = records[2], records[3]
+    small, large = records[3], records[4]
     ratios = {key: large[key] / small[key] for key in ("peak_rss_mb_driver", "peak_rss_mb_worker")}
     machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores"
     report = "\n\n".join([
