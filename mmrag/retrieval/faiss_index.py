@@ -85,7 +85,7 @@ def write_shard_index(parts: EmbeddedParts, index_dir: Path, name: str, shard: i
         sample = _training_sample(parts, shard, num_shards, shard_size, min(shard_size, cfg.train_sample))
         index, params = new_faiss_index(parts.dim, len(sample), cfg)
         index.train(sample)
-        del sample
+        del sample  # up to train_sample x dim floats, not needed while the vectors are added
     else:
         index, params = new_faiss_index(parts.dim, 0, cfg)
     buffer: list[np.ndarray] = []
