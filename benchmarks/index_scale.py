@@ -11,9 +11,10 @@ index_type, recall_at_10, queries_per_s, and a few more).
 * Build rate: at 100K the single-process path (`--local`) and Ray Data pools of 1 and 2
   encoder workers, in this one run; at 1M, 2 workers. docs/s counts the embedding stage
   (rows embedded / its wall time, worker start-up included).
-* Memory: every build runs in a fresh process, so ru_maxrss (the kernel's peak RSS of a
-  process) is that build's own: the driver's, each encoder worker's (reported by the
-  worker itself), and each shard writer's less the size of the FAISS index it built.
+* Memory: every build runs in a fresh process, whose peak RSS (Linux's VmHWM, the high-water
+  mark of its resident memory since it started) is that build's own: the driver's, each
+  encoder worker's (reported by the worker itself), and each shard writer's less the size
+  of the FAISS index it built.
 * Search at 1M: flat, IVF, HNSW and IVF-PQ shards built from the same persisted embeddings
   (no re-embedding); recall@10 of each against the flat index (exact search), and queries/s
   through `RetrievalRouter` and its `RetrievalShard` actors.
@@ -193,8 +194,8 @@ def main() -> None:
                         "shard writer peak RSS MiB, index excluded"], build_rows),
         (f"Peak RSS, 2 workers, {args.large:,} vs {args.small:,} documents: driver x{ratios['peak_rss_mb_driver']:.2f}, "
          f"encoder worker x{ratios['peak_rss_mb_worker']:.2f}. Each build ran in a fresh process; peak RSS is "
-         f"the kernel's ru_maxrss of the driver, of each encoder worker (the highest is shown) and of each shard "
-         f"writer less the size of the FAISS index file it wrote. The driver keeps ~9 bytes per document "
+         f"Linux's VmHWM (high-water mark of resident memory) of the driver, of each encoder worker (the highest "
+         f"is shown) and of each shard writer less the size of the FAISS index file it wrote. The driver keeps ~9 bytes per document "
          f"for the KB-wide doc_id check."),
         (f"Search at {args.large:,} documents, 2 shards built from the same persisted embeddings (none re-embedded): "
          f"recall@{K} against the flat index (exact), {args.queries} queries (encoded descriptions of a look), "

@@ -6,15 +6,20 @@ Filled in by `mmrag.retrieval.build` from the summaries its workers send back; p
 
 from __future__ import annotations
 
-import resource
 from dataclasses import dataclass
 
 from mmrag.retrieval.manifest import Manifest
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory since it started, in MiB: Linux's VmHWM.
+
+    Not ru_maxrss, which a process keeps across exec from the one that forked it, so that a
+    small child of a big parent would report the parent's size.
+    """
+    with open("/proc/self/status") as status:
+        peak_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return peak_kib / 1024
 
 
 @dataclass
