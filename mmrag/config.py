@@ -67,12 +67,12 @@ class IndexConfig:
     """Where the FAISS shards, doc stores and manifest are written."""
     num_shards: int = 2
     """Number of FAISS shards (one RetrievalShard actor each)."""
-    index_type: Literal["flat", "ivf", "hnsw"] = "flat"
-    """FAISS index per shard; inner product over normalised vectors."""
+    index_type: Literal["flat", "ivf", "hnsw", "ivfpq"] = "flat"
+    """FAISS index per shard; inner product over normalised vectors (ivfpq: IVF with product-quantised codes)."""
     ivf_nlist: int = 64
-    """IVF: number of clusters per shard."""
+    """IVF, IVF-PQ: clusters per shard (fewer when the shard has under 39 training vectors per cluster)."""
     ivf_nprobe: int = 8
-    """IVF: clusters visited per query."""
+    """IVF, IVF-PQ: clusters visited per query."""
     hnsw_m: int = 32
     """HNSW: graph degree."""
     hnsw_ef_search: int = 64
@@ -81,8 +81,8 @@ class IndexConfig:
     """Embedding of a document with both text and image: normalised mean, or one side only."""
     on_bad_row: Literal["error", "skip"] = "error"
     """A KB row with a missing field or undecodable image: fail naming it, or skip and count it."""
-    batch_size: int = 256
-    """KB rows read and embedded per batch."""
+    part_rows: int = 4096
+    """`mmrag index`: KB rows per part, the unit a worker embeds and persists (whole Parquet row groups)."""
     use_gpu: bool = True
     """Move shards to GPU FAISS when faiss sees a GPU (ignored on CPU-only faiss)."""
     top_k: int = 20
@@ -91,6 +91,18 @@ class IndexConfig:
     """CPUs reserved by each RetrievalShard actor."""
     shard_num_gpus: float = 0.0
     """GPUs for each RetrievalShard actor (fractions allowed); with use_gpu its index moves to GPU FAISS."""
+    pq_m: int = 16
+    """IVF-PQ: sub-quantizers per vector (code bytes per vector at 8 bits); must divide the vector dimension."""
+    pq_nbits: int = 8
+    """IVF-PQ: bits per sub-quantizer code (lowered on shards too small to train 2**bits centroids)."""
+    train_sample: int = 100000
+    """IVF / IVF-PQ: vectors per shard, spread evenly over it, that train the clusters and codebooks."""
+    num_workers: int = 2
+    """`mmrag index`: encoder workers embedding the KB (a Ray Data actor pool; `--local` embeds in-process)."""
+    worker_num_cpus: float = 1.0
+    """`mmrag index`: CPUs reserved by each encoder worker and each shard-writing task (GPUs: encoder.num_gpus)."""
+    keep_embeddings: bool = True
+    """`mmrag index`: keep the per-part embeddings after a build, so new index settings need no re-embedding."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ def run(tmp_path_factory, synth_dir, zoo_dir) -> dict:
              f"zoo.cache_dir={zoo_dir}", "--set", "encoder.pretrained=zoo:tiny-clip-init", "--set",
              "reranker.backbone_pretrained=zoo:tiny-clip-init", "--set", "translator.model=zoo:tiny-lvlm",
              "--set", "translator.max_new_tokens=6"]
-    assert main(["index", *flags]) == 0
+    assert main(["index", "--local", *flags]) == 0
     assert main(["train", *flags, "--set", f"train.run_dir={root / 'run'}", "--set", "train.steps=1",
                  "--set", "train.questions_per_step=2", "--set", "translator.num_samples=2", "--set",
                  "reranker.num_samples=2", "--set", "train.eval_questions=2", "--no-progress"]) == 0

@@ -12,9 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from mmrag.config import EncoderConfig, IndexConfig
+from mmrag.data.dataset import decode_image, load_kb
+from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.retrieval import Hit, LocalRetriever, merge_topk
-from mmrag.retrieval.build import KBRowError, build_index, write_vector_index
-from mmrag.retrieval.shard import build_faiss_index
+from mmrag.retrieval.build import build_index, write_vector_index
+from mmrag.retrieval.faiss_index import new_faiss_index
+from mmrag.retrieval.kb_parts import KBRowError
 
 TINY_CLIP = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=16)
 
@@ -52,7 +55,7 @@ def test_flat_shards_merge_to_exact_search(tmp_path, num_shards):
 
 
 def test_failed_shard_write_leaves_no_files(tmp_path):
-    with pytest.raises(ValueError, match="shard 4 of 5 got no documents.*at most 4"):
+    with pytest.raises(ValueError, match="shard 4 of 5 would get no documents.*at most 4"):
         write_vector_index(tmp_path, unit_vectors(4, 8, seed=5), doc_table(4), IndexConfig(num_shards=5), RANDOM_ENCODER)
     assert sorted(path.name for path in tmp_path.iterdir()) == []
 
@@ -71,9 +74,10 @@ def test_merge_topk_ranks_by_score_then_index_id():
 
 def test_ivf_clamps_nlist_and_hnsw_finds_stored_vectors():
     vectors = unit_vectors(400, 16, seed=2)
-    ivf, params = build_faiss_index(vectors, IndexConfig(index_type="ivf", ivf_nlist=64))
-    assert params == {"ivf_nlist": 400 // 39} and ivf.ntotal == 400
-    hnsw, params = build_faiss_index(vectors, IndexConfig(index_type="hnsw", hnsw_m=8))
+    ivf, params = new_faiss_index(16, 400, IndexConfig(index_type="ivf", ivf_nlist=64))
+    assert params == {"ivf_nlist": 400 // 39} and ivf.nlist == 400 // 39
+    hnsw, params = new_faiss_index(16, 0, IndexConfig(index_type="hnsw", hnsw_m=8))
+    hnsw.add(vectors)
     hnsw.hnsw.efSearch = 64
     _, ids = hnsw.search(vectors[:50], 1)
     assert params == {"hnsw_m": 8} and (ids[:, 0] == np.arange(50)).mean() >= 0.98
@@ -96,12 +100,9 @@ def test_wrong_encoder_query_dimension_and_missing_shard_file_are_named(tmp_path
 
 
 def test_build_from_synthetic_kb_is_searchable_and_rebuilds_only_on_change(synth_dir, zoo_dir, tmp_path):
-    from mmrag.data.dataset import decode_image
-    from mmrag.models.clip_encoder import ClipEncoder
-
     kb_path = tmp_path / "kb.parquet"
     pq.write_table(pq.read_table(Path(synth_dir) / "kb.parquet").slice(0, 36), kb_path)
-    cfg = IndexConfig(num_shards=2, batch_size=10)
+    cfg = IndexConfig(num_shards=2, part_rows=10)
     index_dir = tmp_path / "index"
     report = build_index(kb_path, index_dir, cfg, TINY_CLIP, zoo_dir, progress=False)
     kb = pq.read_table(kb_path).to_pylist()
@@ -152,7 +153,7 @@ def test_bad_rows_fail_naming_row_and_column_or_are_skipped_and_counted(synth_di
     with pytest.raises(KBRowError, match=r"row 2 \(doc_id '\w+'\): column 'text' null or empty.*on_bad_row: skip"):
         build_index(kb_path, tmp_path / "index", IndexConfig(num_shards=1), TINY_CLIP, zoo_dir, progress=False)
 
-    skipping = IndexConfig(num_shards=2, on_bad_row="skip", batch_size=4)
+    skipping = IndexConfig(num_shards=2, on_bad_row="skip", part_rows=4)
     report = build_index(kb_path, tmp_path / "index", skipping, TINY_CLIP, zoo_dir, progress=False)
     assert report.manifest.skipped == {"text: null or empty": 1, "image: undecodable": 1}
     assert (report.manifest.kb_rows, report.manifest.num_docs) == (6, 4)
@@ -172,9 +173,6 @@ def test_undecodable_image_error_names_its_row(synth_dir, zoo_dir, tmp_path):
 
 
 def test_encoder_fuses_text_and_image_by_normalised_mean(synth_dir, zoo_dir):
-    from mmrag.data.dataset import load_kb
-    from mmrag.models.clip_encoder import ClipEncoder
-
     docs = [doc for doc in load_kb(synth_dir) if doc.image is not None][:3]
     small_batches = ClipEncoder(TINY_CLIP.model_name, TINY_CLIP.pretrained, zoo_dir, batch_size=2)
     texts = small_batches.encode_texts([doc.text for doc in docs])

@@ -7,9 +7,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from actors.encoder import EncoderActor
+from actors.retrieval import RetrievalRouter
+from mmrag.checksum import file_sha256
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.retrieval import LocalRetriever
 from mmrag.retrieval.build import write_vector_index
+from mmrag.zoo import resolve
 
 
 def unit_vectors(n: int, dim: int, seed: int) -> np.ndarray:
@@ -33,8 +37,6 @@ def three_shard_index(tmp_path_factory):
 
 
 def test_router_over_shard_actors_matches_exact_and_local_search(ray_session, three_shard_index):
-    from actors.retrieval import RetrievalRouter
-
     index_dir, vectors = three_shard_index
     queries = unit_vectors(12, 24, seed=8)
     cfg = IndexConfig(shard_num_cpus=0.5)
@@ -56,8 +58,6 @@ def test_router_over_shard_actors_matches_exact_and_local_search(ray_session, th
 
 
 def test_router_names_a_missing_shard_file(ray_session, tmp_path):
-    from actors.retrieval import RetrievalRouter
-
     random_index(tmp_path, 20, 8, num_shards=2)
     (tmp_path / "shard-001.arrow").unlink()
     with pytest.raises(FileNotFoundError, match="shard-001.arrow"):
@@ -65,10 +65,6 @@ def test_router_names_a_missing_shard_file(ray_session, tmp_path):
 
 
 def test_encoder_actor_gives_unit_vectors_independent_of_batching(ray_session, zoo_dir):
-    from actors.encoder import EncoderActor
-    from mmrag.retrieval.manifest import file_sha256
-    from mmrag.zoo import resolve
-
     cfg = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=4)
     actor = EncoderActor.options(num_gpus=cfg.num_gpus).remote(cfg, zoo_dir)
     texts = ["red striped circle on blue", "when was it built?", "a tower", "x", "y"]

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mmrag.data.dataset import SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
+from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
 from mmrag.data.world import RELATIONS, Entity, Relation, assign_splits, draw_entities
 
@@ -98,15 +99,23 @@ def _entity_questions(
     return questions
 
 
-def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_size: int = 64) -> dict[str, int]:
-    """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json; returns the counts."""
+def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_size: int = 64,
+                     kb_docs: int = 0) -> dict[str, int]:
+    """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json; returns the counts.
+
+    `kb_docs` text distractor passages are appended to the KB (`mmrag.data.distractors`).
+    """
     world = make_world(num_entities, seed, image_size, progress=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_kb(world.docs, out)
+    counts = dataset_counts(world)
+    if kb_docs:
+        add_distractors(out, kb_docs, seed, progress=True)
+        counts["kb_docs"] += kb_docs
+        counts["kb_distractor_docs"] = kb_docs
     for split in SPLITS:
         write_questions(world.questions[split], out, split)
-    counts = dataset_counts(world)
     manifest = {"schema_version": SCHEMA_VERSION, "generator": "mmrag.data.synth", "seed": seed,
                 "image_size": image_size, "counts": counts}
     (out / "dataset.json").write_text(json.dumps(manifest, indent=2) + "\n")

@@ -18,6 +18,7 @@ import open_clip
 import torch
 from PIL import Image
 
+from mmrag.checksum import file_sha256
 from mmrag.model_refs import resolve
 from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME, register_tiny_clip_config
 
@@ -33,8 +34,6 @@ def resolve_pretrained(model_name: str, pretrained: str, cache_dir: str) -> str:
 
 def _checkpoint_sha256(path: Path) -> str:
     """Content hash of a checkpoint file, or of every file under a checkpoint directory."""
-    from mmrag.retrieval.manifest import file_sha256
-
     if path.is_file():
         return file_sha256(path)
     listing = [f"{file.relative_to(path)}:{file_sha256(file)}" for file in sorted(path.rglob("*")) if file.is_file()]

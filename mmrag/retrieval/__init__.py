@@ -1,12 +1,14 @@
 """Retrieval: KB index build (`build`), FAISS shards (`shard`), top-K merging (`merge`), manifest.
 
-Data flow: kb.parquet -> `build_index` -> shards + doc stores + manifest on disk ->
-`ShardSearcher` per shard -> `merge_topk` -> `list[list[Hit]]` per query batch, either in
-one process (`LocalRetriever`) or across Ray actors (`actors.retrieval.RetrievalRouter`).
+Data flow: kb.parquet -> `build_index` (parts embedded and persisted, then streamed into
+FAISS shards + doc stores) -> manifest on disk -> `ShardSearcher` per shard -> `merge_topk`
+-> `list[list[Hit]]` per query batch, either in one process (`LocalRetriever`) or across
+Ray actors (`actors.retrieval.RetrievalRouter`).
 """
 
+from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.manifest import Manifest, ShardEntry
-from mmrag.retrieval.merge import Hit, LocalRetriever, merge_topk
-from mmrag.retrieval.shard import ShardSearcher, ShardSetWriter
+from mmrag.retrieval.merge import LocalRetriever, merge_topk
+from mmrag.retrieval.shard import ShardSearcher
 
-__all__ = ["Hit", "LocalRetriever", "Manifest", "ShardEntry", "ShardSearcher", "ShardSetWriter", "merge_topk"]
+__all__ = ["Hit", "LocalRetriever", "Manifest", "ShardEntry", "ShardSearcher", "merge_topk"]

@@ -107,15 +107,6 @@ def vector_identity(identity: dict[str, str]) -> dict[str, str]:
     return {"model_name": identity.get("model_name", ""), "weights": weights}
 
 
-def file_sha256(path: str | Path) -> str:
-    """Content hash of one file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def build_fingerprint(kb_sha256: str, encoder: dict, settings: dict) -> str:
     """One hash over everything that determines the index's content."""
     blob = json.dumps({"kb": kb_sha256, "encoder": encoder, "settings": settings}, sort_keys=True)

@@ -1,4 +1,4 @@
-"""Search results across shards: the `Hit` payload, `merge_topk`, and the in-process `LocalRetriever`.
+"""Search results across shards: `merge_topk`, and the in-process `LocalRetriever`.
 
 Each shard answers a batch of queries with its own top-K; `merge_topk` turns the S lists of
 one query into the global top-K. `LocalRetriever` does the scatter/merge in one process (the
@@ -9,28 +9,14 @@ across `RetrievalShard` actors and returns the same `list[list[Hit]]`.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mmrag.config import IndexConfig
+from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.manifest import Manifest
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved KB document and its inner-product score against the query."""
-
-    doc_id: str
-    title: str
-    text: str
-    image: bytes | None
-    """Encoded image bytes as stored in the KB, or None for a text-only document."""
-    entity_id: str
-    score: float
-    index_id: int
-    """Position of the document's vector in the whole index (0..num_docs-1); breaks score ties."""
+from mmrag.retrieval.shard import ShardSearcher
 
 
 def _rank_key(hit: Hit) -> tuple[float, int]:
@@ -57,8 +43,6 @@ class LocalRetriever:
     """All shards of an index loaded in this process; `search` has the router's API."""
 
     def __init__(self, index_dir: str | Path, cfg: IndexConfig) -> None:
-        from mmrag.retrieval.shard import ShardSearcher
-
         self.manifest = Manifest.read(index_dir)
         self.shards = [ShardSearcher(index_dir, entry, cfg) for entry in self.manifest.shards]
 
