@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
+from mmrag.config import config_to_dict
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
@@ -279,3 +284,29 @@ def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeli
 
     with pytest.raises(RolloutFailed, match=r"3 rollout batches failed in a row .* rerank .*reranker out of memory"):
         train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)
+
+
+def test_a_driver_killed_at_any_moment_resumes_from_its_latest_complete_checkpoint(tiny_config, tmp_path):
+    """SIGKILL of the `mmrag train` process while it checkpoints every step; `--resume` finishes the run."""
+    cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=1", "train.steps=8")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(config_file), "--mode", "local-reference",
+               "--no-progress"]
+    latest = tmp_path / "run" / "checkpoints" / "latest"
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (latest.is_file() and latest.read_text().strip() >= "step_000003"):
+        assert driver.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
+        time.sleep(0.05)
+    driver.kill()
+    driver.wait()
+    killed_at = latest.read_text().strip()
+    assert killed_at < "step_000008"
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = step_records(tmp_path / "run")
+    assert records[-1]["step"] == 8
+    RolloutLedger(**records[-1]["ledger"]).check()
+    assert (tmp_path / "run" / "export" / "export.json").is_file()
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.partial")), "a half-written checkpoint stays behind"
