@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError, RayError
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
+from mmrag.training.deepspeed_rank import DeepSpeedRank
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 
 DEAD_PEER_GRACE_S = 10.0
@@ -58,9 +59,6 @@ class LearnerRank:
 
     def start(self, cfg: Config, rank: int, world: int, address: str, port: int, checkpoint: str | None) -> int:
         """Join the process group, load the components, build the engines (restore `checkpoint`); the version."""
-        # deepspeed is heavy: only rank processes import it, never the driver that imports this module.
-        from mmrag.training.deepspeed_rank import DeepSpeedRank
-
         self.worker = DeepSpeedRank(cfg, rank, world, address, port)
         if checkpoint is not None:
             self.worker.load(checkpoint)

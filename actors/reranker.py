@@ -15,7 +15,7 @@ import ray
 from actors.policy import InstalledVersion, PolicyWeights
 from mmrag.config import RerankerConfig
 from mmrag.models.reranker import AdaptiveReranker
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.device_time import DeviceTime
 from mmrag.training.pipeline import greedy_selections, sample_selections

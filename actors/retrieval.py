@@ -16,7 +16,8 @@ import ray
 
 from mmrag.config import IndexConfig
 from mmrag.retrieval.manifest import Manifest, ShardEntry
-from mmrag.retrieval.merge import Hit, merge_topk
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.merge import merge_topk
 from mmrag.retrieval.shard import ShardSearcher
 
 

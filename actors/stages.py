@@ -28,7 +28,8 @@ from actors.retrieval import RetrievalRouter
 from actors.reward import RewardActor
 from actors.translator import TranslatorActor
 from mmrag.config import Config
-from mmrag.retrieval.merge import Hit, merge_topk
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.merge import merge_topk
 from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import Weights
 from mmrag.training.stages import QuestionTable

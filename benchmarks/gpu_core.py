@@ -3,13 +3,14 @@
 Builds the random tiny zoo models and a 24-entity synthetic task in a temp dir, then on
 CUDA: (1) translator sampled log-probs equal their differentiable recomputation (fp32)
 and bf16 drift; (2) reranker Plackett-Luce probabilities of every selection sum to 1;
-(3) DPO and PL losses backpropagate to finite gradients; (4) the reference trainer runs
+(3) DPO and PL losses backpropagate to finite gradients; (4) the single-process trainer runs
 `--steps` steps on CUDA and on CPU, reporting seconds per step. Prints a Markdown report.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -19,14 +20,19 @@ from pathlib import Path
 
 import torch
 
+from mmrag.config import load_config
+from mmrag.data.dataset import load_questions
+from mmrag.data.synth import generate_dataset
+from mmrag.models.translator import QueryTranslator
+from mmrag.retrieval.build import build_index
+from mmrag.rl.losses import dpo_loss, pl_policy_loss
+from mmrag.rl.plackett_luce import enumerate_selections, selection_logprobs
+from mmrag.training.local import train_local
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_task(work: Path, steps: int):
-    from mmrag.config import load_config
-    from mmrag.data.synth import generate_dataset
-    from mmrag.retrieval.build import build_index
-
     overrides = [f"zoo.cache_dir={work / 'zoo'}", f"data.dir={work / 'data'}", f"index.dir={work / 'index'}",
                  "encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
                  "translator.model=zoo:tiny-lvlm", f"train.steps={steps}", f"train.eval_every={steps}",
@@ -39,10 +45,6 @@ def build_task(work: Path, steps: int):
 
 
 def translator_checks(cfg, questions) -> dict:
-    import dataclasses
-
-    from mmrag.models.translator import QueryTranslator
-
     out = {}
     for dtype in ("float32", "bfloat16"):
         translator = QueryTranslator.from_config(dataclasses.replace(cfg.translator, dtype=dtype),
@@ -58,8 +60,6 @@ def translator_checks(cfg, questions) -> dict:
 
 
 def reranker_check(cfg) -> float:
-    from mmrag.rl.plackett_luce import enumerate_selections, selection_logprobs
-
     logits = torch.randn(1, 4, device="cuda")
     selections = enumerate_selections(3, 3)
     logprobs = selection_logprobs(logits.expand(len(selections), 4), selections, 3)
@@ -67,8 +67,6 @@ def reranker_check(cfg) -> float:
 
 
 def loss_check() -> bool:
-    from mmrag.rl.losses import dpo_loss, pl_policy_loss
-
     policy = torch.randn(6, device="cuda", requires_grad=True)
     loss = dpo_loss(policy[:3], policy[3:], torch.zeros(3, device="cuda"), torch.zeros(3, device="cuda"), 0.1)
     loss = loss + pl_policy_loss(policy, torch.linspace(-1, 1, 6, device="cuda"))
@@ -77,10 +75,6 @@ def loss_check() -> bool:
 
 
 def seconds_per_step(cfg, device: str, run_dir: Path) -> float:
-    import dataclasses
-
-    from mmrag.training.local import train_local
-
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, run_dir=str(run_dir)))
     train_local(cfg, progress=False, device=device)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -91,7 +85,7 @@ def seconds_per_step(cfg, device: str, run_dir: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=6, help="reference-trainer steps per device (default: 6)")
+    parser.add_argument("--steps", type=int, default=6, help="single-process trainer steps per device (default: 6)")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -101,8 +95,6 @@ def main() -> None:
         work = Path(tmp)
         start = time.time()
         cfg, _ = build_task(work, args.steps)
-        from mmrag.data.dataset import load_questions
-
         questions = load_questions(cfg.data.dir, "train")[:8]
         drift = translator_checks(cfg, questions)
         pl_total = reranker_check(cfg)
@@ -118,8 +110,8 @@ def main() -> None:
             f"| translator: same, bf16 | {drift['bfloat16']:.2e} |\n"
             f"| reranker: sum of P(selection) over all 16 selections, K=3 | {pl_total:.6f} |\n"
             f"| DPO + PL loss gradients finite | {grads_ok} |\n"
-            f"| reference trainer s/step, CUDA (steps 2..{args.steps}) | {cuda_step:.3f} |\n"
-            f"| reference trainer s/step, CPU (steps 2..{args.steps}) | {cpu_step:.3f} |\n"
+            f"| single-process trainer s/step, CUDA (steps 2..{args.steps}) | {cuda_step:.3f} |\n"
+            f"| single-process trainer s/step, CPU (steps 2..{args.steps}) | {cpu_step:.3f} |\n"
         )
     print(report)
     if args.out:

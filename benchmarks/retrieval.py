@@ -27,7 +27,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pyarrow as pa
+import ray
 
+from actors.retrieval import RetrievalRouter
 from benchmarks.results import markdown_table, publish
 from mmrag.config import IndexConfig
 from mmrag.retrieval import LocalRetriever
@@ -63,8 +65,6 @@ def queries_per_second(search, queries: np.ndarray, batch: int, k: int) -> float
 
 
 def throughput_rows(dim: int, num_docs: int, num_queries: int, batch: int, k: int, work: Path) -> list[list[str]]:
-    from actors.retrieval import RetrievalRouter
-
     rng = np.random.default_rng(dim)
     vectors, queries = random_vectors(num_docs, dim, rng), random_vectors(num_queries, dim, rng)
     exact = faiss.IndexFlatIP(dim)
@@ -130,8 +130,6 @@ def main() -> None:
     parser.add_argument("--recall-queries", type=int, default=500, help="queries for recall@10")
     parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
-
-    import ray
 
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
     started, k = time.perf_counter(), 10

@@ -17,6 +17,13 @@ import argparse
 import sys
 from pathlib import Path
 
+import ray
+
+from cluster.connect import connect
+from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
+from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
+from mmrag.evaluation.settings import SETTINGS
+from mmrag.metrics.official import read_references
 from pipelines.options import add_config_options, config_from_args, run_main
 
 
@@ -40,10 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
-    from mmrag.evaluation.settings import SETTINGS
-    from mmrag.metrics.official import read_references
-
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     if args.checkpoint is None:
         settings = [s for s in settings if s != "trained"]
@@ -67,18 +70,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _predict_local(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
-    from mmrag.evaluation.predictor import GreedyPredictor, predict_local, read_question_rows
-
     rows = read_question_rows(predictor_args["cfg"].data.dir, args.split, args.limit)
     return predict_local(GreedyPredictor(**predictor_args), rows, args.batch_size, progress=not args.no_progress)
 
 
 def _predict_ray(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
-    import ray
-
-    from cluster.connect import connect
-    from mmrag.evaluation.predictor import GreedyPredictor, questions_path
-
     cfg = predictor_args["cfg"]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     ray.data.DataContext.get_current().enable_progress_bars = not args.no_progress

@@ -23,7 +23,7 @@ from mmrag.data.dataset import Question
 from mmrag.models import lvlm
 from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.translator import QueryTranslator
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.rl.rollout import Node, backprop_values, compute_advantages
 from mmrag.training.updates import reranker_loss, translator_loss
 

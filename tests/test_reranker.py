@@ -15,7 +15,7 @@ from mmrag.config import RerankerConfig
 from mmrag.data.dataset import encode_image
 from mmrag.models.reranker import AdaptiveReranker, Candidate
 from mmrag.rl.losses import pl_policy_loss
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import enumerate_selections
 from mmrag.training.stages import QuestionTable
 
@@ -95,9 +95,6 @@ def test_rows_without_candidates_always_stop(frozen):
 
 
 def test_candidate_from_retrieval_hit_decodes_its_image():
-    from mmrag.data.dataset import encode_image
-    from mmrag.retrieval.merge import Hit
-
     picture = Image.new("RGB", (8, 6), "red")
     hit = Hit("d1", "Title", "passage", encode_image(picture), "e1", 0.42, 7)
     candidate = Candidate.from_hit(hit)

@@ -13,7 +13,7 @@ from ray import serve
 from actors.serving import configure_batching
 from mmrag.config import Config
 from mmrag.retrieval.manifest import ShardEntry
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.shard import ShardSearcher
 
 

@@ -18,14 +18,14 @@ from tqdm import tqdm
 from mmrag.config import Config
 from mmrag.data.dataset import Question, decode_image, questions_file
 from mmrag.evaluation.settings import SETTINGS, NoRetrieval, OracleEvidence, gold_doc_hits
+from mmrag.training.evaluate import greedy_batch
+from mmrag.training.pipeline import LocalPipeline
 
 
 class GreedyPredictor:
     """Pipelines for the requested settings, loaded once; called on batches of question rows."""
 
     def __init__(self, cfg: Config, checkpoint: str | None, settings: Sequence[str], device: str = "cpu") -> None:
-        from mmrag.training.pipeline import LocalPipeline
-
         unknown = [s for s in settings if s not in SETTINGS]
         if unknown:
             raise ValueError(f"settings: unknown {unknown[0]!r} (valid: {', '.join(SETTINGS)})")
@@ -41,8 +41,6 @@ class GreedyPredictor:
             self.stages["oracle"] = OracleEvidence(base, gold_doc_hits(cfg.data.dir, _all_gold_ids(cfg)))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from mmrag.training.evaluate import greedy_batch
-
         questions = [question_from_row(row) for row in batch.to_pylist()]
         records = []
         for setting in self.settings:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from mmrag.data.dataset import KB_FILE, Question
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 
 SETTINGS = ("no_retrieval", "untrained", "trained", "oracle")
 

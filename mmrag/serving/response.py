@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.serving.schema import AnswerReply, Evidence
 from mmrag.serving.state import StageState
 

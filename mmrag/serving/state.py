@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 
 STAGES = ("translate", "encode", "retrieve", "rerank", "generate")
 

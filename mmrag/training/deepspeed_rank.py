@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import deepspeed
 import torch
 
 from mmrag.config import Config
@@ -53,6 +52,9 @@ def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: 
     # The env:// rendezvous torchrun would set up. Ray shows each rank only its own GPU, hence LOCAL_RANK 0.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=address,
                       MASTER_PORT=str(port))
+    # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
+    import deepspeed
+
     deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo", auto_mpi_discovery=False, verbose=False)
     if not use_gpu:
         return torch.device("cpu")
@@ -90,6 +92,9 @@ class DeepSpeedRank:
         losses = loss_functions(cfg, self.translator, self.reranker)
         self.trainable = trainable_parameters(self.translator, self.reranker)
         dtypes = {"translator": cfg.translator.dtype, "reranker": "float32"}
+        # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
+        import deepspeed
+
         self.engines = {
             name: deepspeed.initialize(
                 model=LossModule(owned[name], losses[name]), model_parameters=self.trainable[name],
@@ -103,6 +108,9 @@ class DeepSpeedRank:
             return contextlib.nullcontext()
         for engine in self.engines.values():
             engine.empty_partition_cache()  # waits for weights still prefetching from the last step
+        # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
+        import deepspeed
+
         return deepspeed.zero.GatheredParameters([p for params in self.trainable.values() for p in params])
 
     def publish(self) -> TrainableWeights | None:

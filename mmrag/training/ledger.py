@@ -12,6 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from torch.utils.tensorboard import SummaryWriter
+
 
 def _flatten(record: dict, prefix: str = "") -> dict[str, float]:
     out: dict[str, float] = {}
@@ -34,8 +36,6 @@ class MetricsLedger:
         self._file = self.path.open("a")
         self._writer = None
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
             self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
 
     def log(self, step: int, record: dict[str, Any]) -> None:

@@ -21,7 +21,8 @@ from mmrag.models.generator import build_generator
 from mmrag.models.reranker import AdaptiveReranker, candidates_of
 from mmrag.models.reward import build_reward
 from mmrag.models.translator import QuerySample, QueryTranslator
-from mmrag.retrieval.merge import Hit, LocalRetriever
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.merge import LocalRetriever
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.export import load_reranker_weights, with_exported_translator
 from mmrag.training.learner import Weights, load_trainable_components

@@ -22,7 +22,7 @@ from PIL import Image
 
 from mmrag.data.dataset import Question
 from mmrag.models.translator import QuerySample
-from mmrag.retrieval.merge import Hit
+from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.learner import Weights
 
