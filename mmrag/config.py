@@ -215,8 +215,9 @@ class RewardConfig:
 
 @dataclass
 class TrainConfig:
-    mode: Literal["local-reference", "distributed"] = "local-reference"
-    """`local-reference`: the whole algorithm in one process (the yardstick trainer); `distributed`: actors on Ray."""
+    mode: Literal["local-reference", "distributed"] = "distributed"
+    """`distributed`: stage actor pools and a DeepSpeed learner group on Ray (a local single-node Ray if no cluster);
+    `local-reference`: the same loop in one process, no Ray (the yardstick)."""
     run_dir: str = "runs/local"
     """Where metrics.jsonl, TensorBoard events, checkpoints and exports go."""
     steps: int = 200
