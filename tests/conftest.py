@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from mmrag.model_refs import MODELS, ensure_built
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -27,9 +29,14 @@ if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.enviro
 
 @pytest.fixture(scope="session")
 def zoo_dir() -> str:
-    """The zoo cache shared by every test (and by `mmrag` itself): built once, then reused."""
+    """The zoo cache shared by every test (and by `mmrag` itself), with every model built (once, then reused).
+
+    Built here, before any test starts an actor, so no actor's start-up timeout includes a zoo build.
+    """
     path = Path(os.environ.get("MMRAG_ZOO_CACHE", "~/.cache/mmrag/zoo")).expanduser()
     path.mkdir(parents=True, exist_ok=True)
+    for name in MODELS:
+        ensure_built(name, str(path))
     return str(path)
 
 
