@@ -8,6 +8,7 @@ from PIL import Image
 
 from mmrag.config import GeneratorConfig
 from mmrag.models.generator import ExtractiveGenerator, LVLMGenerator, build_generator, format_evidence
+from mmrag.training.stages import QuestionTable
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,8 @@ def test_generator_actor_answers_and_reports_throughput(ray_session, world):
     question = world.questions["train"][0]
     gold = next(d.text for d in world.docs if d.doc_id == question.gold_doc_ids[0])
     actor = GeneratorActor.remote(GeneratorConfig(backend="extractive"), "unused")
-    answers = ray_session.get(actor.answer.remote([question.image] * 4, [question.question] * 4, [[gold]] * 4))
+    table = QuestionTable.of([question])
+    answers = ray_session.get(actor.answer.remote(table, [0] * 4, [[gold]] * 4))
     assert answers == [question.answers[0]] * 4
     stats = ray_session.get(actor.throughput.remote())
     assert stats["leaves"] == 4 and stats["seconds"] > 0 and stats["leaves_per_s"] == pytest.approx(4 / stats["seconds"])

@@ -7,6 +7,7 @@ import torch
 
 from mmrag.config import RewardConfig
 from mmrag.models.reward import build_reward
+from mmrag.training.stages import QuestionTable
 
 QUESTIONS = ["When was this built?", "How tall is this?", "Who designed this?"]
 ANSWERS = ["1889", "about 150 m", "Gustave Eiffel"]
@@ -136,6 +137,7 @@ def test_reward_actor_scores_in_ray(ray_session):
 
     cfg = RewardConfig(backend="rule", metric="exact_match")
     actor = RewardActor.options(num_gpus=cfg.num_gpus).remote(cfg, "unused")
-    scores = ray_session.get(actor.score.remote(QUESTIONS, ["1889", "120 m", "Eiffel Tower"], REFERENCES))
+    table = QuestionTable(images=[None] * 3, questions=QUESTIONS, references=REFERENCES)
+    scores = ray_session.get(actor.score.remote(table, [0, 1, 2], ["1889", "120 m", "Eiffel Tower"]))
     assert scores == [1.0, 1.0, 0.0]
     ray_session.kill(actor)
