@@ -44,7 +44,7 @@ def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
     assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
     gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
     control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]
-    # Measured (seed 0, 48 val questions): +0.52 against the control's +0.06.
+    # Measured (seed 0, 48 val questions spread over the split's 12 entities): +0.42 against the control's +0.08.
     assert gain > 0.3, real
     assert control_gain < 0.15, shuffled
     # What is learned: the gold passage is selected, not only retrieved.

@@ -9,9 +9,12 @@ kept, query length.
 from __future__ import annotations
 
 import statistics
+from typing import TypeVar
 
 from mmrag.data.dataset import Question
 from mmrag.training.stages import QuestionTable, Stages
+
+T = TypeVar("T")
 
 
 def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
@@ -48,6 +51,17 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         "docs_kept_mean": statistics.fmean(len(p["selected"]) for p in predictions),
         "query_words_mean": statistics.fmean(len(p["query"].split()) for p in predictions),
     }
+
+
+def held_out_sample(questions: list[T], n: int) -> list[T]:
+    """`n` of `questions` at even strides (all of them if fewer).
+
+    A synthetic split is stored grouped by entity, eight questions each (all showing the same
+    object): its first 64 would come from only 8 entities.
+    """
+    if n >= len(questions):
+        return list(questions)
+    return [questions[index * len(questions) // n] for index in range(n)]
 
 
 def evaluate(stages: Stages, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:

@@ -29,7 +29,7 @@ from mmrag.data.dataset import Question, load_questions
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_dir, load_driver_state,
                                        save_checkpoint)
-from mmrag.training.evaluate import evaluate
+from mmrag.training.evaluate import evaluate, held_out_sample
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate
 from mmrag.training.ledger import MetricsLedger, read_metrics
 from mmrag.training.rollouts import Experience, Rollouts
@@ -72,7 +72,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     """Train translator and reranker on these parts; returns the first and last held-out evaluations."""
     seed_everything(cfg.train.seed)
     run_dir = prepare_run_dir(cfg)
-    held_out = load_questions(cfg.data.dir, "val")[:cfg.train.eval_questions]
+    held_out = held_out_sample(load_questions(cfg.data.dir, "val"), cfg.train.eval_questions)
     stream = RolloutStream(pools, cfg.translator.num_samples, cfg.reranker.num_samples,
                            cfg.train.micro_batch_size, cfg.train.seed)
     ledger = RolloutLedger()
