@@ -11,6 +11,7 @@ that turns a 64x64 image into 16 visual tokens, and a Qwen-style chat template.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -64,55 +65,73 @@ CHAT_TEMPLATE = (
 )
 
 
+TINY_TEXT = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    # head_dim 32 -> 16 rotary frequencies, split over (time, height, width).
+    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
+)
+"""Text-model widths of tiny-lvlm (`Qwen2VLTextConfig` fields; the vocabulary is the tokenizer's)."""
+TINY_VISION = dict(
+    depth=2,
+    embed_dim=64,
+    hidden_size=128,
+    num_heads=4,
+    mlp_ratio=2,
+    patch_size=PATCH_SIZE,
+    spatial_merge_size=MERGE_SIZE,
+    temporal_patch_size=TEMPORAL_PATCH_SIZE,
+)
+"""Vision-tower widths and patch geometry of tiny-lvlm (`Qwen2VLVisionConfig` fields)."""
+
+
 def build_processor(corpus: list[str]) -> Qwen2VLProcessor:
     """Tokenizer trained on `corpus`, image/video processors sized for 64x64 images."""
-    tokenizer = train_tokenizer(corpus, TOKENIZER_VOCAB_SIZE)
-    pixels = TINY_LVLM_IMAGE_SIZE * TINY_LVLM_IMAGE_SIZE
-    size = {"shortest_edge": pixels, "longest_edge": pixels}
-    vision = dict(patch_size=PATCH_SIZE, merge_size=MERGE_SIZE, temporal_patch_size=TEMPORAL_PATCH_SIZE, size=size)
+    return qwen2vl_processor(train_tokenizer(corpus, TOKENIZER_VOCAB_SIZE), CHAT_TEMPLATE, TINY_VISION,
+                             TINY_LVLM_IMAGE_SIZE)
+
+
+def qwen2vl_processor(tokenizer, chat_template: str, vision: dict, image_side: int) -> Qwen2VLProcessor:
+    """A processor resizing every image to `image_side` squared pixels, cut into the patches of `vision`."""
+    pixels = image_side * image_side
+    geometry = dict(patch_size=vision["patch_size"], merge_size=vision["spatial_merge_size"],
+                    temporal_patch_size=vision["temporal_patch_size"],
+                    size={"shortest_edge": pixels, "longest_edge": pixels})
     return Qwen2VLProcessor(
-        image_processor=Qwen2VLImageProcessor(**vision),
+        image_processor=Qwen2VLImageProcessor(**geometry),
         tokenizer=tokenizer,
-        video_processor=Qwen2VLVideoProcessor(**vision),
-        chat_template=CHAT_TEMPLATE,
+        video_processor=Qwen2VLVideoProcessor(**geometry),
+        chat_template=chat_template,
     )
 
 
-def build_model_config(processor: Qwen2VLProcessor) -> Qwen2VLConfig:
-    """A Qwen2-VL config with tiny widths whose token ids match `processor`'s tokenizer."""
+def build_model_config(processor: Qwen2VLProcessor, text: dict = TINY_TEXT, vision: dict = TINY_VISION,
+                       tie_word_embeddings: bool = False) -> Qwen2VLConfig:
+    """A Qwen2-VL config of the given widths (tiny-lvlm's by default) whose token ids match `processor`'s tokenizer.
+
+    `text` may name a `vocab_size` (a real model's embedding table, at least the tokenizer's
+    length); without one the vocabulary is exactly the tokenizer's.
+    """
     tokenizer = processor.tokenizer
     token_id = tokenizer.convert_tokens_to_ids
-    text_config = dict(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        # head_dim 32 -> 16 rotary frequencies, split over (time, height, width).
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]},
-        bos_token_id=token_id("<|endoftext|>"),
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    vision_config = dict(
-        depth=2,
-        embed_dim=64,
-        hidden_size=128,
-        num_heads=4,
-        mlp_ratio=2,
-        patch_size=PATCH_SIZE,
-        spatial_merge_size=MERGE_SIZE,
-        temporal_patch_size=TEMPORAL_PATCH_SIZE,
-    )
+    # A deep copy: the config classes fill in the nested rope dict they are given.
+    text_config = {"vocab_size": len(tokenizer), **copy.deepcopy(text)}
+    if text_config["vocab_size"] < len(tokenizer):
+        raise ValueError(f"vocab_size {text_config['vocab_size']}: smaller than the tokenizer ({len(tokenizer)} tokens)")
+    text_config.update(bos_token_id=token_id("<|endoftext|>"), eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id)
     return Qwen2VLConfig(
         text_config=text_config,
-        vision_config=vision_config,
+        vision_config=copy.deepcopy(vision),
         image_token_id=token_id(IMAGE_PAD),
         video_token_id=token_id(VIDEO_PAD),
         vision_start_token_id=token_id("<|vision_start|>"),
         vision_end_token_id=token_id("<|vision_end|>"),
+        tie_word_embeddings=tie_word_embeddings,
     )
 
 
