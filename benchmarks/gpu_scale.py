@@ -24,8 +24,9 @@ ones (`mmrag.data.synth`). Each part runs once on two questions to warm up, then
 Reported per part: seconds of the call, tokens/s (sampling and generation: generated
 tokens over the seconds inside `generate`; the DPO step: prompt + query tokens of its
 sequences over the step's seconds), prompt tokens, and peak memory
-(`torch.cuda.max_memory_allocated`, reset before each part; "n/a" on CPU). A part that
-runs out of device memory is reported as such and the next part runs.
+(`torch.cuda.max_memory_allocated`, reset before each part; "n/a" on CPU). A part whose
+batch runs out of device memory is measured again at half the batch, down to 1; the
+batches that did not fit are reported.
 
 Random weights put every measurement at the longest the settings allow. A random model
 almost never ends a turn early, so every row generates `max_new_tokens`. Its samples
@@ -35,8 +36,9 @@ query whose tokens are not its text's canonical tokenization, which here is near
 a trained model's rarely are. That is why sampling tokens/s counts only the time inside
 `generate`, and the seconds of the whole call are shown beside it.
 
-Run on a GPU: `python -m benchmarks.gpu_scale` (about 4 minutes and at most ~100 GB on
-one H200, see the report of the session that wrote this). On CPU, only the `tiny` size:
+Run on a GPU: `python -m benchmarks.gpu_scale` (written without a GPU at hand: expected a few
+minutes on one H200, most of it spent building, saving and loading the 7B model). On CPU,
+only the `tiny` size:
 `python -m benchmarks.gpu_scale --device cpu --translator-size tiny --generator-size tiny --no-append`.
 Prints a Markdown table, appends it to benchmarks/RESULTS.md and writes
 benchmarks/results/gpu_scale.json.
@@ -290,6 +292,13 @@ def dpo_step(translator: QueryTranslator, pairs, optimizer: torch.optim.Optimize
     return float(loss.detach())
 
 
+def generation_record(count: GenerationCount, seconds: float, device: str) -> dict:
+    """A measured call's record from its `generate` counts and its own wall seconds."""
+    return {"rows": count.rows, "prompt_tokens": count.prompt_tokens, "generated_tokens": count.generated_tokens,
+            "generate_seconds": count.seconds, "step_seconds": seconds,
+            "tokens_per_s": count.generated_tokens / count.seconds, "peak_memory_gb": peak_memory_gb(device)}
+
+
 def measure_sampling(translator: QueryTranslator, questions: list[Question], device: str) -> dict:
     """Time `translator.sample` (the config's N and max_new_tokens) for `questions`, after a warm-up."""
     images, texts = [q.image for q in questions], [q.question for q in questions]
@@ -297,10 +306,7 @@ def measure_sampling(translator: QueryTranslator, questions: list[Question], dev
     reset_peak_memory(device)
     with counting_generate(translator.model, device) as count, timed(device) as timer:
         translator.sample(images, texts)
-    return {"batch": len(questions), "rows": count.rows, "prompt_tokens": count.prompt_tokens,
-            "generated_tokens": count.generated_tokens, "generate_seconds": count.seconds,
-            "step_seconds": timer["seconds"], "tokens_per_s": count.generated_tokens / count.seconds,
-            "peak_memory_gb": peak_memory_gb(device)}
+    return generation_record(count, timer["seconds"], device)
 
 
 def measure_dpo_step(translator: QueryTranslator, pairs, cfg: Config, device: str) -> dict:
@@ -327,17 +333,7 @@ def measure_generation(generator: LVLMGenerator, questions: list[Question], evid
     reset_peak_memory(device)
     with counting_generate(generator.model, device) as count, timed(device) as timer:
         generator.answer(images, texts, evidence)
-    return {"batch": len(questions), "rows": count.rows, "prompt_tokens": count.prompt_tokens,
-            "generated_tokens": count.generated_tokens, "generate_seconds": count.seconds,
-            "step_seconds": timer["seconds"], "tokens_per_s": count.generated_tokens / count.seconds,
-            "peak_memory_gb": peak_memory_gb(device)}
-
-
-def out_of_memory(device: str) -> dict:
-    """The record of a part that ran out of device memory, which is freed for the next part."""
-    peak = peak_memory_gb(device)
-    release_memory(device)
-    return {"error": "out of memory", "peak_memory_gb": peak}
+    return generation_record(count, timer["seconds"], device)
 
 
 @contextmanager
@@ -353,55 +349,72 @@ def model_figures(size: ModelSize, model, seconds: dict, load_seconds: float) ->
             **seconds, "load_seconds": load_seconds}
 
 
+def loaded(size: ModelSize, role: str, cfg: Config, dtype: str, load, device: str, bar: tqdm):
+    """(component, figures): `load(path)` of a freshly written random checkpoint of `size`, timed."""
+    bar.set_description(f"{role} {size.name}: build and save")
+    with saved_model(size, cfg.zoo.cache_dir, device, dtype) as (path, seconds):
+        bar.set_description(f"{role} {size.name}: load")
+        with timed(device) as timer:
+            component = load(str(path))
+    bar.update()
+    return component, model_figures(size, component.model, seconds, timer["seconds"])
+
+
+def measured(description: str, measure, batch: int, device: str, bar: tqdm) -> dict:
+    """`measure(batch)`'s record; a batch that runs out of device memory is halved until one fits (or 1 does not).
+
+    The batches that did not fit are recorded as `out_of_memory_at`, with their peaks.
+    """
+    bar.set_description(description)
+    too_large = []
+    while batch:
+        try:
+            record = {"batch": batch, **measure(batch)}
+            break
+        except torch.cuda.OutOfMemoryError:
+            too_large.append({"batch": batch, "peak_memory_gb": peak_memory_gb(device)})
+        # Freed here, out of the except clause, whose traceback still holds the failed call's tensors.
+        release_memory(device)
+        batch //= 2
+    else:
+        record = {"batch": too_large[-1]["batch"], "error": "out of memory",
+                  "peak_memory_gb": too_large[-1]["peak_memory_gb"]}
+    bar.update()
+    return {**record, "out_of_memory_at": too_large}
+
+
 def run_translator(size: ModelSize, cfg: Config, batch: int, device: str, bar: tqdm) -> dict[str, dict]:
     """The translator's two parts ("translator_sample", "translator_dpo_step") at `size`."""
     questions, evidence = benchmark_questions(batch, size.image_side, cfg.translator.num_samples)
-    bar.set_description(f"translator {size.name}: build and save")
-    with saved_model(size, cfg.zoo.cache_dir, device, cfg.translator.dtype) as (path, seconds):
-        bar.set_description(f"translator {size.name}: load")
-        with timed(device) as load:
-            translator = QueryTranslator.from_config(dataclasses.replace(cfg.translator, model=str(path)),
-                                                     cfg.zoo.cache_dir, device)
-    figures = model_figures(size, translator.model, seconds, load["seconds"])
-    bar.update()
-    bar.set_description(f"translator {size.name}: sample")
-    try:
-        sampling = measure_sampling(translator, questions, device)
-    except torch.cuda.OutOfMemoryError:
-        sampling = out_of_memory(device)
-    bar.update()
-    bar.set_description(f"translator {size.name}: DPO step")
-    try:
-        step = measure_dpo_step(translator, dpo_pairs(questions, evidence, translator.processor, cfg), cfg, device)
-    except torch.cuda.OutOfMemoryError:
-        step = out_of_memory(device)
-    bar.update()
+    translator, figures = loaded(
+        size, "translator", cfg, cfg.translator.dtype, device=device, bar=bar,
+        load=lambda path: QueryTranslator.from_config(dataclasses.replace(cfg.translator, model=path),
+                                                      cfg.zoo.cache_dir, device))
+    sampling = measured(f"translator {size.name}: sample",
+                        lambda count: measure_sampling(translator, questions[:count], device), batch, device, bar)
+    step = measured(f"translator {size.name}: DPO step",
+                    lambda count: measure_dpo_step(
+                        translator, dpo_pairs(questions[:count], evidence[:count], translator.processor, cfg),
+                        cfg, device),
+                    batch, device, bar)
     del translator
     release_memory(device)
-    return {"translator_sample": {**figures, "batch": batch, **sampling},
-            "translator_dpo_step": {**figures, "batch": batch, **step}}
+    return {"translator_sample": {**figures, **sampling}, "translator_dpo_step": {**figures, **step}}
 
 
 def run_generator(size: ModelSize, cfg: Config, batch: int, device: str, bar: tqdm) -> dict[str, dict]:
     """The generator's part ("generator_answer") at `size`, `batch` prompts in one `generate` call."""
     questions, evidence = benchmark_questions(batch, size.image_side, cfg.reranker.max_docs)
-    bar.set_description(f"generator {size.name}: build and save")
-    with saved_model(size, cfg.zoo.cache_dir, device, cfg.generator.dtype) as (path, seconds):
-        bar.set_description(f"generator {size.name}: load")
-        with timed(device) as load:
-            generator = build_generator(dataclasses.replace(cfg.generator, model=str(path), batch_size=batch),
-                                        cfg.zoo.cache_dir, device)
-    figures = model_figures(size, generator.model, seconds, load["seconds"])
-    bar.update()
-    bar.set_description(f"generator {size.name}: answer")
-    try:
-        answering = measure_generation(generator, questions, evidence, device)
-    except torch.cuda.OutOfMemoryError:
-        answering = out_of_memory(device)
-    bar.update()
+    generator, figures = loaded(
+        size, "generator", cfg, cfg.generator.dtype, device=device, bar=bar,
+        load=lambda path: build_generator(dataclasses.replace(cfg.generator, model=path, batch_size=batch),
+                                          cfg.zoo.cache_dir, device))
+    answering = measured(f"generator {size.name}: answer",
+                         lambda count: measure_generation(generator, questions[:count], evidence[:count], device),
+                         batch, device, bar)
     del generator
     release_memory(device)
-    return {"generator_answer": {**figures, "batch": batch, **answering}}
+    return {"generator_answer": {**figures, **answering}}
 
 
 def report(results: dict, cfg: Config) -> str:
@@ -431,10 +444,15 @@ def report(results: dict, cfg: Config) -> str:
                      count(record["trainable_parameters"]), str(record["batch"]),
                      cell(record, "prompt_tokens", ","), "n/a" if tokens is None else f"{tokens:,}",
                      cell(record, "step_seconds", ".2f"), cell(record, "tokens_per_s", ",.0f"),
-                     record.get("error") or cell(record, "peak_memory_gb", ".1f")])
+                     record.get("error") or cell(record, "peak_memory_gb", ".1f"),
+                     ", ".join(f"{oom['batch']} ({cell(oom, 'peak_memory_gb', '.1f')} GiB)"
+                               for oom in record["out_of_memory_at"]) or "-"])
     sides = " and ".join(sorted({str(record["image_side"]) for record in parts.values()}))
     table = markdown_table(["part", "what", "model", "parameters", "trainable", "batch", "prompt tokens",
-                            "tokens", "seconds", "tokens/s", "peak memory GiB"], rows)
+                            "tokens", "seconds", "tokens/s", "peak memory GiB", "out of memory at batch"], rows)
+    preparation = "; ".join(f"{part.split('_')[0]} {record['model_size']} {record['build_seconds']:.0f} / "
+                            f"{record['save_seconds']:.0f} / {record['load_seconds']:.0f}"
+                            for part, record in parts.items() if part != "translator_dpo_step")
     return (f"## GPU-scale core: the GPU preset's LVLMs at full size, random weights ({results['date']})\n\n"
             f"Machine: {results['machine']}. Device {results['device']}, torch {results['torch_version']}, "
             f"transformers {results['transformers_version']}, bf16. Settings of configs/gpu_qwen2vl.yaml; "
@@ -444,7 +462,9 @@ def report(results: dict, cfg: Config) -> str:
             "seconds = the whole call, which for sampling includes rescoring the random model's "
             "non-canonical samples), or prompt + query tokens of the step's sequences (DPO). Random weights "
             "generate to `max_new_tokens` on every row; the DPO step scores KB passages cut to "
-            "`max_new_tokens` tokens. Peak memory: `torch.cuda.max_memory_allocated` during the measured call.")
+            "`max_new_tokens` tokens. Peak memory: `torch.cuda.max_memory_allocated` during the measured call. "
+            "A batch that ran out of device memory was halved until one fitted. Seconds to build the random "
+            f"model / save it / load it through the project's loader: {preparation}.")
 
 
 def machine(device: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tqdm import tqdm
 
 from benchmarks import gpu_scale
 from mmrag.config import load_config
@@ -70,8 +71,8 @@ def test_sampling_counts_every_generated_position_and_reports_no_device_memory_o
     record = gpu_scale.measure_sampling(translator, questions[0], "cpu")
     rows = len(questions[0]) * preset.translator.num_samples
     assert record["rows"] == rows
-    assert 0 < record["generated_tokens"] <= rows * preset.translator.max_new_tokens
-    assert record["generated_tokens"] % rows == 0
+    # A random model almost never ends a turn, so every row runs to max_new_tokens (as the docstring says).
+    assert record["generated_tokens"] == rows * preset.translator.max_new_tokens
     assert record["prompt_tokens"] > rows * VISUAL_TOKENS
     assert 0 < record["generate_seconds"] <= record["step_seconds"]
     assert record["tokens_per_s"] == record["generated_tokens"] / record["generate_seconds"]
@@ -108,7 +109,7 @@ def test_generation_counts_prompt_and_answer_tokens_of_one_batched_call(preset, 
                                 preset.zoo.cache_dir, "cpu")
     record = gpu_scale.measure_generation(generator, *questions, "cpu")
     assert record["rows"] == len(questions[0])
-    assert 0 < record["generated_tokens"] <= len(questions[0]) * preset.generator.max_new_tokens
+    assert record["generated_tokens"] == len(questions[0]) * preset.generator.max_new_tokens
     with_evidence = chat_inputs(generator.processor, [q.image for q in questions[0]],
                                           [generator.prompt(q.question, docs) for q, docs in zip(*questions)])
     assert record["prompt_tokens"] == int(with_evidence["attention_mask"].sum())
@@ -123,8 +124,8 @@ def test_the_benchmark_runs_on_cpu_without_the_packages_the_gpu_image_lacks(zoo_
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    rows = [line for line in run.stdout.splitlines() if line.startswith("| translator") or line.startswith("| generator")]
-    assert len(rows) == 3 and all("| tiny |" in row and row.endswith("| n/a |") for row in rows), run.stdout
+    rows = [line for line in run.stdout.splitlines() if line.startswith(("| translator", "| generator"))]
+    assert len(rows) == 3 and all("| tiny |" in row and row.endswith("| n/a | - |") for row in rows), run.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where torch sees no CUDA device")
@@ -138,3 +139,19 @@ def test_the_large_sizes_are_refused_on_cpu(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["gpu_scale", "--device", "cpu", "--translator-size", "tiny"])
     with pytest.raises(SystemExit, match="tiny"):
         gpu_scale.main()
+
+
+@pytest.mark.parametrize("fits_up_to, expected", [(3, {"batch": 2, "out_of_memory_at": [4]}),
+                                                  (0, {"batch": 1, "error": "out of memory",
+                                                       "out_of_memory_at": [4, 2, 1]})])
+def test_a_batch_that_runs_out_of_device_memory_is_halved_until_one_fits(fits_up_to, expected):
+    def measure(batch: int) -> dict:
+        if batch > fits_up_to:
+            raise torch.cuda.OutOfMemoryError(f"{batch} questions do not fit")
+        return {"tokens_per_s": 1.0}
+
+    record = gpu_scale.measured("part", measure, 4, "cpu", tqdm(total=1, disable=True))
+    assert {key: record[key] for key in expected if key != "out_of_memory_at"} == {
+        key: value for key, value in expected.items() if key != "out_of_memory_at"}
+    assert [oom["batch"] for oom in record["out_of_memory_at"]] == expected["out_of_memory_at"]
+    assert ("tokens_per_s" in record) == ("error" not in expected)

@@ -121,7 +121,8 @@ def build_model_config(processor: Qwen2VLProcessor, text: dict = TINY_TEXT, visi
     # A deep copy: the config classes fill in the nested rope dict they are given.
     text_config = {"vocab_size": len(tokenizer), **copy.deepcopy(text)}
     if text_config["vocab_size"] < len(tokenizer):
-        raise ValueError(f"vocab_size {text_config['vocab_size']}: smaller than the tokenizer ({len(tokenizer)} tokens)")
+        raise ValueError(f"text vocab_size {text_config['vocab_size']}: smaller than the tokenizer's "
+                         f"{len(tokenizer)} tokens")
     text_config.update(bos_token_id=token_id("<|endoftext|>"), eos_token_id=tokenizer.eos_token_id,
                        pad_token_id=tokenizer.pad_token_id)
     return Qwen2VLConfig(
