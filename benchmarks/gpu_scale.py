@@ -294,7 +294,8 @@ def dpo_step(translator: QueryTranslator, pairs, optimizer: torch.optim.Optimize
 
 def generation_record(count: GenerationCount, seconds: float, device: str) -> dict:
     """A measured call's record from its `generate` counts and its own wall seconds."""
-    return {"rows": count.rows, "prompt_tokens": count.prompt_tokens, "generated_tokens": count.generated_tokens,
+    return {"generate_calls": count.calls, "rows": count.rows, "prompt_tokens": count.prompt_tokens,
+            "generated_tokens": count.generated_tokens,
             "generate_seconds": count.seconds, "step_seconds": seconds,
             "tokens_per_s": count.generated_tokens / count.seconds, "peak_memory_gb": peak_memory_gb(device)}
 

@@ -108,7 +108,7 @@ def test_generation_counts_prompt_and_answer_tokens_of_one_batched_call(preset, 
     generator = build_generator(dataclasses.replace(preset.generator, model=str(tiny_checkpoint)),
                                 preset.zoo.cache_dir, "cpu")
     record = gpu_scale.measure_generation(generator, *questions, "cpu")
-    assert record["rows"] == len(questions[0])
+    assert record["generate_calls"] == 1 and record["rows"] == len(questions[0])
     assert record["generated_tokens"] == len(questions[0]) * preset.generator.max_new_tokens
     with_evidence = chat_inputs(generator.processor, [q.image for q in questions[0]],
                                           [generator.prompt(q.question, docs) for q, docs in zip(*questions)])
