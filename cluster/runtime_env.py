@@ -32,6 +32,9 @@ def job_env_vars(cfg: Config) -> dict[str, str]:
     if cfg.offline:
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
+        # Offline nothing is downloaded: the hub's bars would only show each actor loading and
+        # saving local checkpoints ("Loading weights", "Writing model shards") into the run's output.
+        env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if plan_totals(resource_plan(cfg))["GPU"] == 0:
         # Name the accelerator of a CPU-only run: left to detect one, DeepSpeed (imported
         # by transformers whenever a model is saved) warns that it fell back to CPU.

@@ -7,6 +7,7 @@ import os
 import sys
 
 import huggingface_hub.constants
+import huggingface_hub.utils
 
 from cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
@@ -46,6 +47,13 @@ def apply_environment(cfg: Config) -> None:
     # huggingface_hub reads HF_HUB_OFFLINE once, when first imported, and a command's modules
     # import it before the config is known: so it is told directly too.
     huggingface_hub.constants.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE or cfg.offline
+    if cfg.offline:
+        # Offline nothing is downloaded: the hub's bars would only show local checkpoints loading
+        # and saving. transformers copies the hub's setting when first imported, so if it already
+        # is, it is told too.
+        huggingface_hub.utils.disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def run_main(module) -> None:

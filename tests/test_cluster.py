@@ -107,7 +107,8 @@ def test_runtime_env_ships_code_and_offline_switches():
     offline = runtime_env(load_config(ROOT / "configs/local.yaml"), working_dir="/repo")
     assert offline["working_dir"] == "/repo"
     assert offline["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-                                   "TRANSFORMERS_OFFLINE": "1", "DS_ACCELERATOR": "cpu"}
+                                   "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                                   "DS_ACCELERATOR": "cpu"}
     assert {"runs/", ".venv/", "**/__pycache__/"} <= set(offline["excludes"])
     online = runtime_env(load_config(ROOT / "configs/gpu_qwen2vl.yaml"))
     assert online["env_vars"] == {"TOKENIZERS_PARALLELISM": "false"} and online["working_dir"] == "."
