@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import ray
 
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import markdown_table, portable_overrides, publish
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
 from mmrag.training.ledger import read_metrics
@@ -116,7 +116,7 @@ def main() -> None:
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
         f"Machine: {results['machine']}, load average {os.getloadavg()[0]:.1f} at the end. Config {args.config} "
-        f"{' '.join(args.overrides)}; {args.steps} steps, lag {cfg.train.max_policy_lag}, a random actor process "
+        f"{portable_overrides(args.overrides)}; {args.steps} steps, lag {cfg.train.max_policy_lag}, a random actor process "
         f"SIGKILLed every {args.every:g} s in the chaos run (seed {args.seed}).",
         markdown_table(["run", "steps/s", "kills", "calls re-dispatched", "steps redone"], [
             ["no chaos", f"{calm['steps_per_s']:.3f}", "0", str(sum(calm["redispatched"].values())),
@@ -126,10 +126,10 @@ def main() -> None:
              str(ledger["steps_redone"])]]),
         "Ledger of the chaos run (questions): " + ", ".join(f"{k} {v}" for k, v in ledger.items()) + ".",
     ])
-    publish(report, append=not args.no_append)
     if not args.no_append:
         RESULTS_JSON.parent.mkdir(exist_ok=True)
         RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    publish(report, append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from benchmarks.learning_report import (Spread, mean_curves, plot_curves, results_table, summarize_runs,
                                         targets, targets_table)
-from benchmarks.results import machine_specific_paths, portable, publish
+from benchmarks.results import portable_assignment, publish
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.training.evaluate import held_out_sample
@@ -251,14 +251,6 @@ def baseline_records(seed: int, job: Job, entity_of: dict[str, str]) -> list[dic
              "entities": len({entity_of[i] for i in ids}), "reward": metrics[setting]["reward_mean"],
              **{name: metrics[setting][name] for name in TEST_FIGURES}}
             for setting in BASELINES]
-
-
-def portable_assignment(assignment: str) -> str:
-    """`KEY=VALUE` as a report may name it: a path of this machine becomes the key's role (data.dir=DATA_DIR)."""
-    key, _, value = assignment.partition("=")
-    if machine_specific_paths(portable(value)):
-        return f"{key}={key.replace('.', '_').upper()}"
-    return portable(assignment)
 
 
 def question_entities(data_dir: str, split: str) -> dict[str, str]:

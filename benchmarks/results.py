@@ -40,6 +40,19 @@ def machine_specific_paths(text: str) -> list[str]:
     return _ABSOLUTE_PATH.findall(text)
 
 
+def portable_assignment(assignment: str) -> str:
+    """`KEY=VALUE` as a report may name it: a path of this machine becomes the key's role (data.dir=DATA_DIR)."""
+    key, _, value = assignment.partition("=")
+    if machine_specific_paths(portable(value)):
+        return f"{key}={key.replace('.', '_').upper()}"
+    return portable(assignment)
+
+
+def portable_overrides(assignments: list[str]) -> str:
+    """Config overrides as a report names them, space-separated (see `portable_assignment`)."""
+    return " ".join(portable_assignment(assignment) for assignment in assignments)
+
+
 def publish(report: str, append: bool = True) -> None:
     """Print a benchmark's report and, unless told not to, append it to RESULTS.md.
 

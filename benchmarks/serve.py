@@ -46,7 +46,7 @@ import torch
 from ray import serve
 
 from actors.serving.app import http_options, pipeline_app
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import markdown_table, portable_overrides, publish
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.training.pipeline import LocalPipeline
@@ -206,7 +206,7 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
     serving = cfg.serving
     return "\n".join([
         f"## Serving: overhead, concurrency, load ({datetime.date.today().isoformat()})", "",
-        f"Machine: {machine()}. Config {args.config} {' '.join(args.overrides)}; checkpoint {args.checkpoint}; "
+        f"Machine: {machine()}. Config {args.config} {portable_overrides(args.overrides)}; checkpoint {args.checkpoint}; "
         f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
         "in-process and replicas on 1 torch thread each.", "",
         "Options (sequential; ms, medians; stage columns are the ingress's timings, transfer = time in "

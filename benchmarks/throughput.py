@@ -12,12 +12,13 @@ with the config's dataset and index built. Four measurements:
    replicas (a heavier simulated cost, so that the real CPU stages upstream are not the limit
    on 2 cores), as a ratio to one replica's rate.
 3. Asynchronous over synchronous learning: optimiser steps/s of `train.max_policy_lag` 1 over
-   0 on the DeepSpeed learner, with a simulated generator cost set so that a batch's rollout
-   takes about as long as the learner's step (measured first).
+   0 on the DeepSpeed learner, every stage at its real cost and simulated device time added to
+   each learner update so that the learner's step takes about as long as a batch's rollout
+   (both measured first, synchronously).
 4. Wall time of the `--steps` run of the config, distributed against local-reference, no simulation.
 
-Simulated device time (`mmrag.training.device_time`) is slept inside the stage actors on top
-of their real work; every table says where it was used. Prints the tables, appends them to
+Simulated device time (`mmrag.training.device_time`) is slept inside the stage actors (or the
+learner ranks) on top of their real work; every table says where it was used. Prints the tables, appends them to
 benchmarks/RESULTS.md and writes benchmarks/results/throughput.json.
 """
 
@@ -36,7 +37,7 @@ from pathlib import Path
 import ray
 
 from actors.stages import ActorPools
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import markdown_table, portable_overrides, publish
 from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
@@ -97,8 +98,9 @@ def steps_per_second(cfg: Config, run_dir: str, device_time: dict[str, DeviceTim
     steps = [r for r in read_metrics(run_dir) if "ledger" in r][1:]
     seconds = sum(r["step_seconds"] for r in steps)
     learn = sum(r["stage_seconds"]["learn"] for r in steps) / len(steps)
-    return {"steps_per_s": len(steps) / seconds, "learn_seconds": learn, "dropped_stale":
-            summary["ledger"]["dropped_stale"], "mean_lag": sum(r["policy_lag"] for r in steps) / len(steps)}
+    return {"steps_per_s": len(steps) / seconds, "learn_seconds": learn, "rollout_seconds": seconds / len(steps) - learn,
+            "dropped_stale": summary["ledger"]["dropped_stale"],
+            "mean_lag": sum(r["policy_lag"] for r in steps) / len(steps)}
 
 
 def machine() -> str:
@@ -152,11 +154,12 @@ def main() -> None:
     learn_cfg = with_sections(cfg, train={"steps": args.learn_steps, "eval_every": 10**9, "checkpoint_every": 0,
                                           "micro_batch_size": 1})
     with tempfile.TemporaryDirectory() as tmp:
-        probe = steps_per_second(with_sections(learn_cfg, train={"max_policy_lag": 0, "steps": 3}),
+        probe = steps_per_second(with_sections(learn_cfg, train={"max_policy_lag": 0, "steps": 4}),
                                  str(Path(tmp) / "probe"), {})
-        leaves = cfg.train.questions_per_step * cfg.translator.num_samples * cfg.reranker.num_samples
-        per_leaf = probe["learn_seconds"] / leaves * cfg.generator.num_replicas
-        balanced = {"answer": DeviceTime(0.0, per_leaf)}
+        # A synchronous step is the rollout, then the learner's step: give the learner simulated device
+        # time so that its step lasts as long as the rollout, the case where overlapping them pays most.
+        learner_extra = max(0.0, probe["rollout_seconds"] - probe["learn_seconds"])
+        balanced = {"learn": DeviceTime(learner_extra, 0.0)}
         sync = steps_per_second(with_sections(learn_cfg, train={"max_policy_lag": 0}), str(Path(tmp) / "sync"),
                                 balanced)
         asynchronous = steps_per_second(with_sections(learn_cfg, train={"max_policy_lag": 1}),
@@ -165,8 +168,10 @@ def main() -> None:
     sections.append("\n\n".join([
         "### Asynchronous over synchronous learning",
         f"{args.learn_steps} steps each, DeepSpeed learner (ZeRO {cfg.learner.zero_stage}, "
-        f"{cfg.learner.num_workers} rank(s)); learner step measured at {probe['learn_seconds']:.2f} s, so the "
-        f"generator was given a simulated {per_leaf * 1000:.1f} ms per leaf (a batch's rollout about as long).",
+        f"{cfg.learner.num_workers} rank(s)), every stage at its real cost; a synchronous probe measured the "
+        f"rollout at {probe['rollout_seconds']:.2f} s and the learner's step at {probe['learn_seconds']:.2f} s per "
+        f"step, so each learner update was given a simulated {learner_extra:.2f} s of device time (the learner's "
+        f"step about as long as the rollout).",
         markdown_table(["mode", "steps/s", "mean policy lag", "dropped stale"], [
             ["synchronous (lag 0)", f"{sync['steps_per_s']:.3f}", f"{sync['mean_lag']:.2f}",
              str(sync["dropped_stale"])],
@@ -193,12 +198,12 @@ def main() -> None:
     ray.shutdown()
 
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
-                          f"Machine: {results['machine']}. Config {args.config} {' '.join(args.overrides)}.",
+                          f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
                           *sections])
-    publish(report, append=not args.no_append)
     if not args.no_append:
         RESULTS_JSON.parent.mkdir(exist_ok=True)
         RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    publish(report, append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -32,15 +32,17 @@ from pipelines.options import add_config_options, config_from_args, run_main
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:
     """The loop on Ray: stage actor pools and a DeepSpeed learner group, placed after the plan is checked.
 
-    `device_time` (benchmarks only): simulated device seconds per stage, see `ActorPools.launch`.
+    `device_time` (benchmarks only): simulated device seconds per stage (see `ActorPools.launch`) and,
+    under "learn", per learner update.
     """
+    device_time = device_time or {}
     with contextlib.ExitStack() as cleanup:
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         check_fits(resource_plan(cfg), ray.cluster_resources())
-        pools = ActorPools.launch(cfg, device_time or {})
+        pools = ActorPools.launch(cfg, {stage: cost for stage, cost in device_time.items() if stage != "learn"})
         cleanup.callback(pools.shutdown)
-        learner = LearnerGroup(cfg)
+        learner = LearnerGroup(cfg, device_time=device_time.get("learn"))
         cleanup.callback(learner.shutdown)
         summary = train(cfg, pools, learner, resume=resume, progress=progress)
         summary["generator_throughput"] = pools.generator_throughput()

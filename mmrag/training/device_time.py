@@ -2,10 +2,10 @@
 
 This machine has no accelerator, and tiny CPU models cost almost nothing, so orchestration
 (overlap of stages, pool scaling, asynchronous learning) cannot be judged from them alone.
-A stage actor given a `DeviceTime` sleeps `per_call_s + per_item_s * items` after each call,
-as if a GPU were busy for that long; sleeping frees the CPU, as waiting on a device would.
-Only benchmarks pass one (`ActorPools.launch(..., device_time=...)`), and they say so in
-their output.
+A stage actor (or learner rank) given a `DeviceTime` sleeps `per_call_s + per_item_s * items`
+after each call (or update), as if a GPU were busy for that long; sleeping frees the CPU, as
+waiting on a device would. Only benchmarks pass one (`ActorPools.launch(..., device_time=...)`,
+`LearnerGroup(..., device_time=...)`), and they say so in their output.
 """
 
 from __future__ import annotations
