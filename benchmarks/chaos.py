@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import random
@@ -28,7 +27,7 @@ from pathlib import Path
 import psutil
 import ray
 
-from benchmarks.results import markdown_table, portable_overrides, publish
+from benchmarks.results import markdown_table, portable_overrides, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
 from mmrag.training.ledger import read_metrics
@@ -126,10 +125,7 @@ def main() -> None:
              str(ledger["steps_redone"])]]),
         "Ledger of the chaos run (questions): " + ", ".join(f"{k} {v}" for k, v in ledger.items()) + ".",
     ])
-    if not args.no_append:
-        RESULTS_JSON.parent.mkdir(exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
-    publish(report, append=not args.no_append)
+    publish_figures(report, results, RESULTS_JSON, append=not args.no_append)
 
 
 if __name__ == "__main__":

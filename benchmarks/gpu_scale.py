@@ -51,7 +51,6 @@ import dataclasses
 import datetime
 import gc
 import itertools
-import json
 import os
 import platform
 import tempfile
@@ -66,7 +65,7 @@ import transformers
 from tqdm import tqdm
 from transformers import AutoModelForImageTextToText
 
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import markdown_table, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import Question
 from mmrag.data.synth import make_world
@@ -517,10 +516,7 @@ def main() -> None:
             results["parts"].update(run_generator(SIZES[generator_size], cfg, generator_batch, args.device, bar))
     for record in results["parts"].values():
         record.update(device=results["device"], torch_version=results["torch_version"], date=results["date"])
-    publish(report(results, cfg), append=not args.no_append)
-    if not args.no_append:
-        RESULTS_JSON.parent.mkdir(exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+    publish_figures(report(results, cfg), results, RESULTS_JSON, append=not args.no_append)
 
 
 if __name__ == "__main__":

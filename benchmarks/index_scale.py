@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import multiprocessing
 import os
 import platform
@@ -40,7 +39,7 @@ import torch
 
 from actors.index_build import RayRunner
 from actors.retrieval import RetrievalRouter
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import markdown_table, publish_figures
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.dataset import KB_FILE
 from mmrag.data.synth import generate_dataset
@@ -204,10 +203,7 @@ def main() -> None:
         markdown_table(["index", "built with", "search", "build s", "shard writer peak RSS MiB, index excluded",
                         f"recall@{K}", "queries/s"], search_rows),
     ])
-    publish(report, append=not args.no_append)
-    if not args.no_append:
-        RESULTS_JSON.parent.mkdir(exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(records, indent=2) + "\n")
+    publish_figures(report, records, RESULTS_JSON, append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ measured on: `publish` writes the repository, the home and the temporary directo
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -51,6 +52,17 @@ def portable_assignment(assignment: str) -> str:
 def portable_overrides(assignments: list[str]) -> str:
     """Config overrides as a report names them, space-separated (see `portable_assignment`)."""
     return " ".join(portable_assignment(assignment) for assignment in assignments)
+
+
+def publish_figures(report: str, figures: dict | list, json_path: Path, append: bool = True) -> None:
+    """Write a benchmark's figures to `json_path`, then `publish` its report (neither when `append` is off).
+
+    The JSON comes first, so a report refused for naming a machine path still leaves its figures.
+    """
+    if append:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    publish(report, append=append)
 
 
 def publish(report: str, append: bool = True) -> None:

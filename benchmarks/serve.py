@@ -46,7 +46,7 @@ import torch
 from ray import serve
 
 from actors.serving.app import http_options, pipeline_app
-from benchmarks.results import markdown_table, portable_overrides, publish
+from benchmarks.results import markdown_table, portable_overrides, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.training.pipeline import LocalPipeline
@@ -289,16 +289,15 @@ def main() -> None:
         serve.shutdown()
         ray.shutdown()
     configured = options["as configured"]
-    publish(report(options, batching, levels, load, overload, cfg, args), append=not args.no_append)
-    if not args.no_append:
-        RESULTS_JSON.parent.mkdir(exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps({
-            "inprocess_p50_ms": configured["inprocess_p50_ms"], "http_p50_ms": configured["http_p50_ms"],
-            "overhead_ms": configured["overhead_ms"],
-            "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
-                            for c, row in levels.items()},
-            "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(),
-            "date": datetime.date.today().isoformat()}, indent=2) + "\n")
+    figures = {
+        "inprocess_p50_ms": configured["inprocess_p50_ms"], "http_p50_ms": configured["http_p50_ms"],
+        "overhead_ms": configured["overhead_ms"],
+        "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
+                        for c, row in levels.items()},
+        "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(),
+        "date": datetime.date.today().isoformat()}
+    publish_figures(report(options, batching, levels, load, overload, cfg, args), figures, RESULTS_JSON,
+                    append=not args.no_append)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import platform
 import tempfile
@@ -37,7 +36,7 @@ from pathlib import Path
 import ray
 
 from actors.stages import ActorPools
-from benchmarks.results import markdown_table, portable_overrides, publish
+from benchmarks.results import markdown_table, portable_overrides, publish_figures
 from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
@@ -200,10 +199,7 @@ def main() -> None:
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
                           f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
                           *sections])
-    if not args.no_append:
-        RESULTS_JSON.parent.mkdir(exist_ok=True)
-        RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
-    publish(report, append=not args.no_append)
+    publish_figures(report, results, RESULTS_JSON, append=not args.no_append)
 
 
 if __name__ == "__main__":
