@@ -1,5 +1,6 @@
 """Benchmark reporting: RESULTS.md, read on other machines, names no path of the one measured on."""
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -26,3 +27,20 @@ def test_publish_writes_portable_paths_and_refuses_other_machine_paths(tmp_path,
     assert "/work/exp/data" in capsys.readouterr().out
     assert log.read_text() == "Config data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
     assert machine_specific_paths("GPU preset reads /data/infoseek; route /v1/answer") == []
+
+
+def test_overrides_name_machine_paths_by_their_role():
+    scratch = Path(tempfile.gettempdir()).resolve() / "d"
+    assert results.portable_overrides(["data.dir=/work/exp/data", f"index.dir={scratch}", "train.steps=5"]) == (
+        "data.dir=DATA_DIR index.dir=$TMPDIR/d train.steps=5")
+
+
+def test_figures_are_written_even_when_the_report_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "RESULTS.md")
+    figures = tmp_path / "results" / "bench.json"
+    with pytest.raises(MachineSpecificPath):
+        results.publish_figures("measured on /work/exp", {"ratio": 1.5}, figures)
+    assert json.loads(figures.read_text()) == {"ratio": 1.5}
+    assert not (tmp_path / "RESULTS.md").exists()
+    results.publish_figures("not kept", {"ratio": 2.0}, tmp_path / "other.json", append=False)
+    assert not (tmp_path / "other.json").exists()
