@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import random
 import signal
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 import psutil
 import ray
 
-from benchmarks.results import markdown_table, portable_overrides, publish_figures
+from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
 from mmrag.training.ledger import read_metrics
@@ -107,14 +106,14 @@ def main() -> None:
     ray.shutdown()
     ledger = chaos["ledger"]
     results = {
-        "machine": f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores",
+        "machine": machine(),
         "date": datetime.date.today().isoformat(), "steps": args.steps, "kill_every_s": args.every,
         "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
         "kills": dict(chaos_kills := killer.kills), "redispatched_calls": chaos["redispatched"], "ledger": ledger,
     }
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
-        f"Machine: {results['machine']}, load average {os.getloadavg()[0]:.1f} at the end. Config {args.config} "
+        f"Machine: {machine(with_load=True)}. Config {args.config} "
         f"{portable_overrides(args.overrides)}; {args.steps} steps, lag {cfg.train.max_policy_lag}, a random actor process "
         f"SIGKILLed every {args.every:g} s in the chaos run (seed {args.seed}).",
         markdown_table(["run", "steps/s", "kills", "calls re-dispatched", "steps redone"], [

@@ -26,7 +26,6 @@ import argparse
 import datetime
 import multiprocessing
 import os
-import platform
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +38,7 @@ import torch
 
 from actors.index_build import RayRunner
 from actors.retrieval import RetrievalRouter
-from benchmarks.results import markdown_table, publish_figures
+from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.dataset import KB_FILE
 from mmrag.data.synth import generate_dataset
@@ -181,10 +180,9 @@ def main() -> None:
 
     small, large = records[3], records[4]
     ratios = {key: large[key] / small[key] for key in ("peak_rss_mb_driver", "peak_rss_mb_worker")}
-    machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores"
     report = "\n\n".join([
         f"## Index build and search at scale ({datetime.date.today().isoformat()})",
-        (f"Machine: {machine}, shared with other jobs: load average {load_start:.1f} at the start, "
+        (f"Machine: {machine()}, shared with other jobs: load average {load_start:.1f} at the start, "
          f"{os.getloadavg()[0]:.1f} at the end; run under `nice -n 10`. Encoder zoo:tiny-clip (64-d) on CPU, "
          f"batch {ENCODER.batch_size}; KB = {ENTITIES} synthetic entities + text distractors "
          f"(`mmrag synth --kb-docs`); parts of {base.part_rows} rows; 2 flat shards. "

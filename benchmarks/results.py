@@ -8,6 +8,8 @@ measured on: `publish` writes the repository, the home and the temporary directo
 from __future__ import annotations
 
 import json
+import os
+import platform
 import re
 import tempfile
 from pathlib import Path
@@ -21,6 +23,12 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.$~/-])/(?:" + "|".join(MACHINE_ROOTS) + r"
 
 class MachineSpecificPath(ValueError):
     """A report that would write a path of this machine into RESULTS.md."""
+
+
+def machine(with_load: bool = False) -> str:
+    """This machine as every report names it: platform, architecture, logical cores (and the load average now)."""
+    text = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores"
+    return f"{text}, load average {os.getloadavg()[0]:.1f} at the end" if with_load else text
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

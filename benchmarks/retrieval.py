@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +28,7 @@ import pyarrow as pa
 import ray
 
 from actors.retrieval import RetrievalRouter
-from benchmarks.results import markdown_table, publish
+from benchmarks.results import machine, markdown_table, publish
 from mmrag.config import IndexConfig
 from mmrag.retrieval import LocalRetriever
 from mmrag.retrieval.build import write_vector_index
@@ -144,10 +142,9 @@ def main() -> None:
         recall += recall_rows("clustered", 768, args.recall_docs * 2 // 5, args.recall_queries, k, work)
     ray.shutdown()
 
-    machine = f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores"
     report = "\n\n".join([
         f"## Retrieval ({datetime.date.today().isoformat()})",
-        (f"Machine: {machine}. faiss {faiss.__version__} (CPU). {args.num_docs:,} vectors, top-{k}, "
+        (f"Machine: {machine()}. faiss {faiss.__version__} (CPU). {args.num_docs:,} vectors, top-{k}, "
          f"batches of {args.batch} queries; Ray actors get 0.5 CPU each. Run time {time.perf_counter() - started:.0f}s."),
         markdown_table(["dim", "searcher", "shards", "queries/s"], throughput),
         (f"Recall@{k} against exact search (`LocalRetriever`, 2 shards), {args.recall_queries} queries; "

@@ -32,8 +32,6 @@ import base64
 import datetime
 import http.client
 import json
-import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -46,7 +44,7 @@ import torch
 from ray import serve
 
 from actors.serving.app import http_options, pipeline_app
-from benchmarks.results import markdown_table, portable_overrides, publish_figures
+from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.training.pipeline import LocalPipeline
@@ -188,11 +186,6 @@ def deploy(cfg: Config, checkpoint: str) -> None:
     serve.run(pipeline_app(cfg, checkpoint), name=APP, route_prefix="/")
 
 
-def machine() -> str:
-    return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores, "
-            f"load average {os.getloadavg()[0]:.1f} at the end")
-
-
 def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int, dict], load: dict,
            overload: dict, cfg: Config, args: argparse.Namespace) -> str:
     option_rows = [[name, f"{row['inprocess_p50_ms']:.1f}", f"{row['http_p50_ms']:.1f}", f"{row['overhead_ms']:.1f}",
@@ -206,7 +199,7 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
     serving = cfg.serving
     return "\n".join([
         f"## Serving: overhead, concurrency, load ({datetime.date.today().isoformat()})", "",
-        f"Machine: {machine()}. Config {args.config} {portable_overrides(args.overrides)}; checkpoint {args.checkpoint}; "
+        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; checkpoint {args.checkpoint}; "
         f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
         "in-process and replicas on 1 torch thread each.", "",
         "Options (sequential; ms, medians; stage columns are the ingress's timings, transfer = time in "
@@ -294,7 +287,7 @@ def main() -> None:
         "overhead_ms": configured["overhead_ms"],
         "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
                         for c, row in levels.items()},
-        "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(),
+        "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(with_load=True),
         "date": datetime.date.today().isoformat()}
     publish_figures(report(options, batching, levels, load, overload, cfg, args), figures, RESULTS_JSON,
                     append=not args.no_append)

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -36,7 +34,7 @@ from pathlib import Path
 import ray
 
 from actors.stages import ActorPools
-from benchmarks.results import markdown_table, portable_overrides, publish_figures
+from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
@@ -102,11 +100,6 @@ def steps_per_second(cfg: Config, run_dir: str, device_time: dict[str, DeviceTim
             "mean_lag": sum(r["policy_lag"] for r in steps) / len(steps)}
 
 
-def machine() -> str:
-    return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} logical cores, "
-            f"load average {os.getloadavg()[0]:.1f} at the end")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_options(parser)
@@ -119,7 +112,7 @@ def main() -> None:
     cfg = config_from_args(args)
     rollout_cfg = with_sections(cfg, train={"questions_per_step": 8, "micro_batch_size": 1})
     connect(cfg.ray.address, cfg.ray.num_cpus)
-    sections, results = [], {"machine": machine(), "date": datetime.date.today().isoformat()}
+    sections, results = [], {"machine": machine(with_load=True), "date": datetime.date.today().isoformat()}
 
     simulated = rollout_rate(with_sections(rollout_cfg, generator={"num_replicas": 4}),
                              {"answer": EFFICIENCY_GENERATOR}, args.batches)

@@ -1,6 +1,7 @@
 """Benchmark reporting: RESULTS.md, read on other machines, names no path of the one measured on."""
 
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -44,3 +45,8 @@ def test_figures_are_written_even_when_the_report_is_refused(tmp_path, monkeypat
     assert not (tmp_path / "RESULTS.md").exists()
     results.publish_figures("not kept", {"ratio": 2.0}, tmp_path / "other.json", append=False)
     assert not (tmp_path / "other.json").exists()
+
+
+def test_every_report_names_the_machine_alike_and_the_load_only_when_asked():
+    assert results.machine().endswith(f", {os.cpu_count()} logical cores")
+    assert results.machine(with_load=True).startswith(results.machine() + ", load average ")
