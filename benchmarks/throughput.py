@@ -112,7 +112,7 @@ def main() -> None:
     cfg = config_from_args(args)
     rollout_cfg = with_sections(cfg, train={"questions_per_step": 8, "micro_batch_size": 1})
     connect(cfg.ray.address, cfg.ray.num_cpus)
-    sections, results = [], {"machine": machine(with_load=True), "date": datetime.date.today().isoformat()}
+    sections, results = [], {"date": datetime.date.today().isoformat()}
 
     simulated = rollout_rate(with_sections(rollout_cfg, generator={"num_replicas": 4}),
                              {"answer": EFFICIENCY_GENERATOR}, args.batches)
@@ -189,6 +189,7 @@ def main() -> None:
                             for mode, w in walls.items()])]))
     ray.shutdown()
 
+    results["machine"] = machine(with_load=True)  # its load average is the one at the end
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
                           f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
                           *sections])
