@@ -5,12 +5,15 @@ tiny local recipe (`mmrag synth`, `mmrag index`, `mmrag train`, see the README),
 
   python -m benchmarks.serve --set data.dir=D --set index.dir=I --checkpoint R/export [--set ...]
 
-It starts a local Ray and, in one run:
+It starts a local Ray and serves with `mmrag serve` (joined to it, in a process of its own as
+a user runs it: the application, and the HTTP front calling its ingress by handle), and, in
+one run:
 1. Options, measured against each other: for each deployment layout and batching setting,
-   the same test questions one at a time, alternating the in-process greedy path
-   (`LocalPipeline` + `greedy_batch`, one question per call) with `POST /v1/answer`.
-   Overhead = HTTP median - in-process median. The stage columns are the ingress's own
-   timings (medians); "proxy + HTTP" is what the client waited beyond the ingress's total.
+   and for the same application behind Serve's own proxy (`serve run`), the same test
+   questions one at a time, alternating the in-process greedy path (`LocalPipeline` +
+   `greedy_batch`, one question per call) with `POST /v1/answer`. Overhead = HTTP median -
+   in-process median. The stage columns are the API's own timings (medians); "HTTP edge" is
+   what the client waited beyond the API's total (the HTTP server and the client).
 2. Batching settings, measured against each other: max_batch_size and batch wait under a
    closed loop at concurrency 16.
 3. The configuration as given (the last option): p50, p95, requests/s and errors at each
@@ -20,6 +23,9 @@ It starts a local Ray and, in one run:
    max_queued_requests) for `--overload-seconds`, clients waiting Retry-After seconds after a
    503 as a well-behaved client does: what is refused, with which status and Retry-After, and
    how fast.
+6. Replica failure: concurrency 16 for `--failure-seconds`, the ingress replica SIGKILLed at a
+   quarter of it and the model replica at two thirds: every status, the slowest answer, how
+   long until answers flowed again, and whether the answers after equal those before.
 Prints Markdown tables, appends them to benchmarks/RESULTS.md with the machine and date,
 and writes benchmarks/results/serve.json.
 """
@@ -29,11 +35,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import datetime
 import http.client
 import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +56,8 @@ import ray
 import torch
 from ray import serve
 
-from actors.serving.app import http_options, pipeline_app
-from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from actors.serving.app import pipeline_app, replica_pids
+from benchmarks.results import machine, markdown_table, portable_assignment, portable_overrides, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.training.pipeline import LocalPipeline
@@ -54,6 +67,10 @@ from pipelines.options import add_config_options, config_from_args
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
 APP = "mmrag-benchmark"
 STAGE_COLUMNS = ("parse", "translate", "encode", "retrieve", "rerank", "generate", "transfer")
+EDGE = "HTTP edge"
+PROXY_OPTION = "as configured, behind Serve's proxy (serve run)"
+FAILURE_CONCURRENCY = 16
+SERVER_START_S = 300
 FIVE = "[[translate],[encode],[retrieve],[rerank],[generate]]"
 OPTIONS = [
     ("5 deployments, batch wait 5 ms, image by value (before)",
@@ -66,6 +83,7 @@ OPTIONS = [
      ["serving.stage_groups=[[translate],[encode,retrieve,rerank],[generate]]", "serving.batch_wait_timeout_s=0",
       "serving.image_reference_min_bytes=0"]),
     ("all stages in the ingress (no hop)", ["serving.first_group_in_ingress=true"]),
+    (PROXY_OPTION, []),
     ("as configured", []),
 ]
 BATCHING = [(1, 0.0), (8, 0.0), (8, 0.005), (32, 0.0)]
@@ -79,6 +97,8 @@ class Outcome:
     """HTTP status, or 0 when the client timed out or lost the connection."""
     latency_ms: float
     retry_after: str | None
+    sent_ms: float = 0.0
+    """When it was sent, in ms since the loop began."""
 
 
 def request_bodies(cfg: Config, count: int) -> tuple[list, list[dict]]:
@@ -98,13 +118,13 @@ def post(connection: http.client.HTTPConnection, payload: bytes) -> dict:
     return json.loads(content)
 
 
-def sequential(pipeline, questions, bodies: list[dict], cfg: Config) -> dict:
-    """In-process and HTTP latency of the same questions, alternating, and the ingress's stage medians.
+def sequential(pipeline, questions, bodies: list[dict], host: str, port: int) -> dict:
+    """In-process and HTTP latency of the same questions, alternating, and the API's stage medians.
 
     The client is the standard library's, on one kept-alive connection, with each body encoded
     once: what is timed is the server, not a client library's own work.
     """
-    connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=60)
+    connection = http.client.HTTPConnection(host, port, timeout=60)
     payloads = [json.dumps(body).encode() for body in bodies]
     for payload in payloads[:3]:  # warm-up: connection, first batches, lazy initialisation
         post(connection, payload)
@@ -118,23 +138,24 @@ def sequential(pipeline, questions, bodies: list[dict], cfg: Config) -> dict:
         reply = post(connection, payload)
         latencies.append((time.perf_counter() - begin) * 1000)
         timings.append(reply["timings_ms"])
-        timings[-1]["proxy + HTTP"] = latencies[-1] - timings[-1]["total"]
+        timings[-1][EDGE] = latencies[-1] - timings[-1]["total"]
     connection.close()
     row = {"inprocess_p50_ms": statistics.median(inprocess), "http_p50_ms": statistics.median(latencies)}
     row["overhead_ms"] = row["http_p50_ms"] - row["inprocess_p50_ms"]
     row["stages_p50_ms"] = {key: statistics.median(t[key] for t in timings)
-                            for key in (*STAGE_COLUMNS, "proxy + HTTP")}
+                            for key in (*STAGE_COLUMNS, EDGE)}
     return row
 
 
 async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s: float, count: int | None = None,
-                      seconds: float | None = None, honour_retry_after: bool = False) -> tuple[list[Outcome], float]:
+                      seconds: float | None = None, honour_retry_after: bool = False,
+                      start: float | None = None) -> tuple[list[Outcome], float]:
     """`concurrency` clients each sending the next body as soon as their last reply came (or, refused, after
-    Retry-After seconds), until `count` requests were sent or `seconds` passed; every outcome, and the wall
-    seconds."""
+    Retry-After seconds), until `count` requests were sent or `seconds` passed (since `start`, a
+    `time.perf_counter()`, by default now); every outcome, and the wall seconds."""
     outcomes: list[Outcome] = []
     sent = 0
-    start = time.perf_counter()
+    start = time.perf_counter() if start is None else start
 
     def more() -> bool:
         return (count is None or sent < count) and (seconds is None or time.perf_counter() - start < seconds)
@@ -151,7 +172,8 @@ async def closed_loop(url: str, bodies: list[dict], concurrency: int, timeout_s:
                     status, retry_after = reply.status, reply.headers.get("Retry-After")
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status, retry_after = 0, None
-            outcomes.append(Outcome(status, (time.perf_counter() - begin) * 1000, retry_after))
+            outcomes.append(Outcome(status, (time.perf_counter() - begin) * 1000, retry_after,
+                                    (begin - start) * 1000))
             if honour_retry_after and status == 503 and retry_after:
                 await asyncio.sleep(float(retry_after))
 
@@ -180,16 +202,81 @@ def overload_summary(outcomes: list[Outcome], wall_s: float) -> dict:
     return row
 
 
-def deploy(cfg: Config, checkpoint: str) -> None:
+def deploy(args: argparse.Namespace, overrides: list[str], server: subprocess.Popen | None, logs: Path,
+           behind_proxy: bool = False) -> subprocess.Popen | None:
+    """Replace what serves with the configuration `overrides` make: `mmrag serve` in a process of its own,
+    joined to this Ray (its front then answers on serving.port), or the application alone on the route `/`
+    of Serve's proxy. The new `mmrag serve` process, if any."""
+    if server is not None:
+        stop_server(server)
     if APP in serve.status().applications:
         serve.delete(APP)
-    serve.run(pipeline_app(cfg, checkpoint), name=APP, route_prefix="/")
+    cfg = load_config(args.config, [*args.overrides, *overrides])
+    if behind_proxy:
+        serve.run(pipeline_app(cfg, args.checkpoint), name=APP, route_prefix="/")
+        return None
+    settings = [item for override in [*args.overrides, *overrides] for item in ("--set", override)]
+    server = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", args.config, "--checkpoint",
+                               args.checkpoint, "--address", ray.get_runtime_context().gcs_address, "--name", APP,
+                               *settings], start_new_session=True, stdout=(logs / "stdout").open("w"),
+                              stderr=(logs / "stderr").open("w"))
+    health = f"http://{cfg.serving.host}:{cfg.serving.port}/healthz"
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        if server.poll() is not None or time.monotonic() > deadline:
+            stop_server(server)
+            raise RuntimeError(f"mmrag serve did not come up: {(logs / 'stderr').read_text()[-3000:]}")
+        with contextlib.suppress(OSError):
+            if urllib.request.urlopen(health, timeout=5).status == 200:
+                return server
+        time.sleep(1)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """Ctrl-C, as a user stops it (it deletes the application); killed if it has not exited within a minute."""
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+async def failure(url: str, bodies: list[dict], timeout_s: float, seconds: float, model_deployment: str) -> dict:
+    """A closed loop at FAILURE_CONCURRENCY with the ingress replica killed at 1/4 and the model replica at 2/3."""
+    kills = [(seconds / 4, "AnswerIngress"), (seconds * 2 / 3, model_deployment)]
+    start = time.perf_counter()
+
+    async def killer() -> list[float]:
+        killed_at = []
+        for at, deployment in kills:
+            await asyncio.sleep(max(at - (time.perf_counter() - start), 0.0))
+            (pid,) = await asyncio.to_thread(replica_pids, APP, deployment)
+            os.kill(pid, signal.SIGKILL)
+            killed_at.append((time.perf_counter() - start) * 1000)
+        return killed_at
+
+    (outcomes, wall_s), killed_at = await asyncio.gather(
+        closed_loop(url, bodies, FAILURE_CONCURRENCY, timeout_s, seconds=seconds, start=start), killer())
+    row = overload_summary(outcomes, wall_s)
+    # Outage: from a kill to the first answer to a request sent after it.
+    row["outage_ms"] = [min((o.sent_ms + o.latency_ms for o in outcomes if o.status == 200 and o.sent_ms > at),
+                            default=float("nan")) - at for at in killed_at]
+    row.update({"seconds": seconds, "killed": [deployment for _, deployment in kills]})
+    return row
+
+
+def answers(cfg: Config, bodies: list[dict]) -> list[str]:
+    connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=60)
+    replies = [post(connection, json.dumps(body).encode())["answer"] for body in bodies]
+    connection.close()
+    return replies
 
 
 def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int, dict], load: dict,
-           overload: dict, cfg: Config, args: argparse.Namespace) -> str:
+           overload: dict, failed: dict, cfg: Config, args: argparse.Namespace) -> str:
     option_rows = [[name, f"{row['inprocess_p50_ms']:.1f}", f"{row['http_p50_ms']:.1f}", f"{row['overhead_ms']:.1f}",
-                    *(f"{row['stages_p50_ms'][key]:.1f}" for key in (*STAGE_COLUMNS, "proxy + HTTP"))]
+                    *(f"{row['stages_p50_ms'][key]:.1f}" for key in (*STAGE_COLUMNS, EDGE))]
                    for name, row in options.items()]
     level_rows = [[str(c), str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
                    f"{row['req_per_s']:.1f}", str(row["errors"])] for c, row in levels.items()]
@@ -199,12 +286,14 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
     serving = cfg.serving
     return "\n".join([
         f"## Serving: overhead, concurrency, load ({datetime.date.today().isoformat()})", "",
-        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; checkpoint {args.checkpoint}; "
+        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; "
+        f"{portable_assignment(f'checkpoint={args.checkpoint}')}; "
         f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
         "in-process and replicas on 1 torch thread each.", "",
-        "Options (sequential; ms, medians; stage columns are the ingress's timings, transfer = time in "
-        "deployment calls beyond the stages' work):", "",
-        markdown_table(["option", "in-process p50", "HTTP p50", "overhead", *STAGE_COLUMNS, "proxy + HTTP"],
+        "Options, served as `mmrag serve` does unless said (sequential; ms, medians; stage columns are the API's "
+        "timings, transfer = time in calls between processes beyond the stages' work, HTTP edge = what the client "
+        "waited beyond the API's total):", "",
+        markdown_table(["option", "in-process p50", "HTTP p50", "overhead", *STAGE_COLUMNS, EDGE],
                        option_rows), "",
         f"Batching settings (as configured otherwise), closed loop at concurrency {BATCHING_CONCURRENCY}:", "",
         markdown_table(["max_batch_size, batch wait", "requests", "p50 ms", "p95 ms", "req/s", "errors"],
@@ -222,7 +311,14 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
         f"after a 503: {overload['answered']} answered "
         f"(p95 {overload['p95_ms']:.0f} ms over all), {overload['refused_503']} refused with 503 "
         f"({overload['refused_with_retry_after']} with Retry-After, p95 {overload['refused_p95_ms'] or 0:.0f} ms), "
-        f"other statuses {overload['other_statuses'] or 'none'}, {overload['timeouts']} timeouts.",
+        f"other statuses {overload['other_statuses'] or 'none'}, {overload['timeouts']} timeouts.", "",
+        f"Replica failure: concurrency {FAILURE_CONCURRENCY} for {failed['seconds']:.0f} s, the replicas of "
+        f"{' and then '.join(failed['killed'])} SIGKILLed (at 1/4 and 2/3 of it): {failed['requests']} requests, "
+        f"{failed['answered']} answered, {failed['refused_503']} refused with 503 "
+        f"({failed['refused_with_retry_after']} with Retry-After), other statuses "
+        f"{failed['other_statuses'] or 'none'}, {failed['timeouts']} timeouts; slowest {failed['max_ms']:.0f} ms; "
+        "answers again " + " and ".join(f"{ms / 1000:.1f} s" for ms in failed["outage_ms"]) + " after each kill; "
+        f"answers after {'equal' if failed['answers_after_equal_before'] else 'DIFFER FROM'} those before.",
     ])
 
 
@@ -237,6 +333,8 @@ def main() -> None:
     parser.add_argument("--load-seconds", type=float, default=60.0, help="load test length at concurrency 64 "
                                                                          "(default 60)")
     parser.add_argument("--overload-seconds", type=float, default=15.0, help="overload test length (default 15)")
+    parser.add_argument("--failure-seconds", type=float, default=40.0,
+                        help="replica failure test length, two replicas killed in it (default 40)")
     parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and serve.json alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
@@ -245,25 +343,30 @@ def main() -> None:
     pipeline = LocalPipeline.from_config(cfg, checkpoint=args.checkpoint)
     questions, bodies = request_bodies(cfg, args.questions)
     url = f"http://{cfg.serving.host}:{cfg.serving.port}/v1/answer"
+    proxy_port = cfg.serving.port + 1
     timeout_s = cfg.serving.body_timeout_s + cfg.serving.request_timeout_s + 10
     ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options=http_options(cfg))
+    serve.start(http_options={"host": cfg.serving.host, "port": proxy_port,
+                              "request_timeout_s": cfg.serving.body_timeout_s + cfg.serving.request_timeout_s})
+    server, logs = None, Path(tempfile.mkdtemp(prefix="serve-benchmark-"))
     try:
         options = {}
         for name, overrides in OPTIONS:
-            deploy(load_config(args.config, [*args.overrides, *overrides]), args.checkpoint)
-            options[name] = sequential(pipeline, questions, bodies, cfg)
+            behind_proxy = name == PROXY_OPTION
+            server = deploy(args, overrides, server, logs, behind_proxy)
+            options[name] = sequential(pipeline, questions, bodies, cfg.serving.host,
+                                       proxy_port if behind_proxy else cfg.serving.port)
             print(name, {k: round(v, 1) for k, v in options[name].items() if k != "stages_p50_ms"}, flush=True)
         batching = {}
         for max_batch_size, wait_s in BATCHING:
-            deploy(load_config(args.config, [*args.overrides, f"serving.max_batch_size={max_batch_size}",
-                                             f"serving.batch_wait_timeout_s={wait_s}"]), args.checkpoint)
+            server = deploy(args, [f"serving.max_batch_size={max_batch_size}",
+                                   f"serving.batch_wait_timeout_s={wait_s}"], server, logs)
             name = f"{max_batch_size}, {wait_s * 1000:g} ms"
             asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s, count=BATCHING_CONCURRENCY))
             batching[name] = summary(*asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s,
                                                               count=6 * BATCHING_CONCURRENCY)))
             print("batching", name, batching[name], flush=True)
-        deploy(cfg, args.checkpoint)
+        server = deploy(args, [], server, logs)
         levels = {}
         for concurrency in args.levels:
             asyncio.run(closed_loop(url, bodies, concurrency, timeout_s, count=concurrency))  # warm-up
@@ -278,7 +381,14 @@ def main() -> None:
                                                              seconds=args.overload_seconds, honour_retry_after=True)))
         overload.update({"concurrency": 2 * capacity, "seconds": args.overload_seconds})
         print("overload", overload, flush=True)
+        before = answers(cfg, bodies[:FAILURE_CONCURRENCY])
+        failed = asyncio.run(failure(url, bodies, timeout_s, args.failure_seconds,
+                                     "+".join(cfg.serving.stage_groups[-1])))
+        failed["answers_after_equal_before"] = answers(cfg, bodies[:FAILURE_CONCURRENCY]) == before
+        print("failure", failed, flush=True)
     finally:
+        if server is not None:
+            stop_server(server)
         serve.shutdown()
         ray.shutdown()
     configured = options["as configured"]
@@ -287,9 +397,10 @@ def main() -> None:
         "overhead_ms": configured["overhead_ms"],
         "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
                         for c, row in levels.items()},
-        "options": options, "batching": batching, "load": load, "overload": overload, "machine": machine(with_load=True),
+        "options": options, "batching": batching, "load": load, "overload": overload, "failure": failed,
+        "machine": machine(with_load=True),
         "date": datetime.date.today().isoformat()}
-    publish_figures(report(options, batching, levels, load, overload, cfg, args), figures, RESULTS_JSON,
+    publish_figures(report(options, batching, levels, load, overload, failed, cfg, args), figures, RESULTS_JSON,
                     append=not args.no_append)
 
 

@@ -297,9 +297,9 @@ class RayConfig:
 @dataclass
 class ServingConfig:
     host: str = "127.0.0.1"
-    """Interface the Serve HTTP proxy binds (`mmrag serve`)."""
+    """Interface the HTTP front of `mmrag serve` binds."""
     port: int = 8000
-    """Port of the Serve HTTP proxy."""
+    """Port of the HTTP front of `mmrag serve`."""
     max_image_bytes: int = 4_000_000
     """Largest accepted encoded image (after base64 decoding), in bytes; larger is a 413."""
     max_image_side: int = 2048
@@ -321,7 +321,7 @@ class ServingConfig:
     generator_replicas: int = 1
     """Replicas of the deployment running `generate` (a stage group takes the largest of its stages')."""
     ingress_replicas: int = 1
-    """Replicas of the HTTP ingress deployment (validation and calls to the stage groups, no model)."""
+    """Replicas of the ingress deployment (calls to the stage groups, no model; the HTTP API behind Serve's proxy)."""
     replica_num_cpus: float = 0.5
     """CPUs reserved by each replica of every deployment."""
     max_ongoing_requests: int = 96
@@ -334,17 +334,17 @@ class ServingConfig:
         default_factory=lambda: [["translate", "encode", "retrieve", "rerank", "generate"]])
     """Stages sharing one deployment, in inference order (a group of only `retrieve`: one deployment per shard)."""
     first_group_in_ingress: bool = False
-    """Run the first stage group in the ingress replicas: one hop less, but its crash fails requests with a 500."""
+    """Run the first stage group in the ingress replicas: one hop less (`mmrag serve` retries them like any)."""
     image_reference_min_bytes: int = 102400
     """Pixel bytes from which an image several deployments read goes to the object store once (else, with each call)."""
     max_queued_requests: int = 32
-    """Requests the HTTP proxy holds for the ingress beyond those its replicas work on; more are refused with 503."""
+    """Requests held for the ingress beyond those its replicas work on (per caller: the front, each proxy); then 503."""
     retry_after_s: int = 1
     """`Retry-After` seconds sent with every 503 (queue full, or the pipeline unavailable)."""
     request_timeout_s: float = 30.0
-    """Longest the ingress works on a request (retries after a replica failure included); past it, a 503."""
+    """Longest a request may take past its body (retries after a replica failure included); past it, a 503."""
     body_timeout_s: float = 10.0
-    """Longest the ingress waits for a request body to arrive in full; slower is a 408."""
+    """Longest the API waits for a request body to arrive in full; slower is a 408."""
     health_check_period_s: float = 2.0
     """Seconds between Serve's health checks of each replica (how soon a dead replica is replaced)."""
     graceful_shutdown_timeout_s: float = 2.0

@@ -1,7 +1,8 @@
 """Ray Serve endpoint: a tiny trained checkpoint answers over HTTP exactly as the offline greedy path does;
 malformed requests get a 4xx JSON error naming the field while the server keeps answering; requests beyond
-the queue bound are refused with 503 and Retry-After; a killed replica is replaced without a 500 or a hang;
-`mmrag serve` stops cleanly on SIGTERM as on Ctrl-C."""
+the queue bound are refused with 503 and Retry-After; a killed replica of any deployment, the ingress's
+included, is replaced without a 500 or a hang; the same application answers alike behind Serve's own proxy
+(`serve run configs/serve/local.yaml`); `mmrag serve` stops cleanly on SIGTERM as on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretr
 LIMITS = ["serving.max_image_bytes=30000", "serving.max_image_side=256", "serving.max_question_chars=200",
           "serving.max_top_k=20", "serving.body_timeout_s=2", "serving.retry_after_s=2"]
 # Small bounds, so that a few concurrent requests overflow the queue: the ingress works on 2
-# requests and the proxy holds 2 more.
+# requests and the front's handle holds 2 more.
 BOUNDS = ["serving.max_ongoing_requests=2", "serving.max_batch_size=2", "serving.max_queued_requests=2",
           "serving.health_check_period_s=1", "serving.request_timeout_s=40"]
 TIMINGS = {"parse", "translate", "encode", "retrieve", "rerank", "generate", "transfer", "total"}
@@ -71,19 +72,28 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def endpoint(ray_session, trained_run):
-    """The application of configs/serve/local.yaml (its builder, HTTP options and route) serving the tiny checkpoint."""
+def serve_config() -> dict:
+    """configs/serve/local.yaml, its proxy on a free port."""
+    config = yaml.safe_load((ROOT / "configs/serve/local.yaml").read_text())
+    config["http_options"]["port"] = free_port()
+    return config
+
+
+@pytest.fixture(scope="module")
+def endpoint(ray_session, trained_run, serve_config):
+    """The tiny checkpoint served as `mmrag serve` serves it: the application, and the HTTP front calling its
+    ingress by handle. (Serve's proxy runs too, on another port, for the `serve run` test.)"""
     from ray import serve
 
-    cfg, checkpoint, config_path = trained_run
-    serve_config = yaml.safe_load((ROOT / "configs/serve/local.yaml").read_text())
-    (spec,) = serve_config["applications"]
-    module_name, builder_name = spec["import_path"].split(":")
-    builder = getattr(importlib.import_module(module_name), builder_name)
-    serve.start(http_options={**serve_config["http_options"], "port": cfg.serving.port})
-    serve.run(builder({**spec["args"], "config": str(config_path), "checkpoint": checkpoint}),
-              name=spec["name"], route_prefix=spec["route_prefix"])
+    from actors.serving.app import api_settings, pipeline_app
+    from actors.serving.front import HttpFront
+
+    cfg, checkpoint, _ = trained_run
+    serve.start(http_options=serve_config["http_options"])
+    front = HttpFront(cfg.serving)
+    front.start(serve.run(pipeline_app(cfg, checkpoint), name=APP, route_prefix=None), api_settings(cfg, checkpoint))
     yield f"http://127.0.0.1:{cfg.serving.port}"
+    front.stop()
     serve.shutdown()
 
 
@@ -348,7 +358,7 @@ def test_requests_beyond_the_queue_bound_get_503_with_retry_after(endpoint, trai
     def send() -> None:
         replies.append(requests.post(f"{endpoint}/v1/answer", json=body, timeout=60))
 
-    # 4 admitted (2 worked on by the ingress, 2 queued in the proxy): most of 24 at once are refused.
+    # 4 admitted (2 worked on by the ingress, 2 queued in the front's handle): most of 24 at once are refused.
     clients = [threading.Thread(target=send) for _ in range(24)]
     for client in clients:
         client.start()
@@ -362,15 +372,15 @@ def test_requests_beyond_the_queue_bound_get_503_with_retry_after(endpoint, trai
 
 
 def replica_pid(deployment: str) -> int:
-    import ray
+    from actors.serving.app import replica_pids
 
-    (actor,) = [a for a in ray.util.list_named_actors(all_namespaces=True)
-                if a["name"].startswith(f"SERVE_REPLICA::{APP}#{deployment}#")]
-    handle = ray.get_actor(actor["name"], namespace=actor["namespace"])
-    return ray.get(handle.__ray_call__.remote(lambda replica: os.getpid()), timeout=30)
+    (pid,) = replica_pids(APP, deployment)
+    return pid
 
 
-def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refused(endpoint, test_questions):
+@pytest.mark.parametrize("deployment", [GROUP, "AnswerIngress"])
+def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refused(endpoint, test_questions,
+                                                                                    deployment):
     before = [ask(endpoint, question).json()["answer"] for question in test_questions]
     outcomes: list[tuple[float, float, int, str | None]] = []
     stop = threading.Event()
@@ -386,7 +396,7 @@ def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refu
     for client in clients:
         client.start()
     time.sleep(1.0)
-    killed = replica_pid(GROUP)
+    killed = replica_pid(deployment)
     killed_at = time.monotonic()
     os.kill(killed, signal.SIGKILL)
     deadline = time.monotonic() + 90
@@ -396,32 +406,38 @@ def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refu
     stop.set()
     for client in clients:
         client.join()
-    assert replica_pid(GROUP) != killed
+    assert replica_pid(deployment) != killed
     assert any(begin < killed_at < end for begin, end, _, _ in outcomes), "no request was in flight at the kill"
     assert {status for _, _, status, _ in outcomes} <= {200, 503}, outcomes
     assert all(retry_after for _, _, status, retry_after in outcomes if status == 503)
     assert [ask(endpoint, question).json()["answer"] for question in test_questions] == before
 
 
-def test_stages_split_across_the_ingress_deployments_and_shards_answer_as_one_deployment(endpoint, trained_run,
-                                                                                          test_questions):
-    """The first group in the ingress, the retrieval shards in deployments of their own, then one more group;
-    the image by reference to its two readers."""
+def test_serve_run_config_behind_serves_proxy_with_the_stages_split_answers_as_the_front(endpoint, trained_run,
+                                                                                         serve_config, test_questions):
+    """configs/serve/local.yaml's application (its builder, route and proxy) answers as `mmrag serve`'s front does,
+    here with the first group in the ingress, the retrieval shards in deployments of their own, then one more
+    group, and the image by reference to its two readers."""
     from ray import serve
 
-    from actors.serving.app import pipeline_app
-
-    cfg, checkpoint, config_path = trained_run
-    split = load_config(config_path, ["serving.stage_groups=[[translate, encode], [retrieve], [rerank, generate]]",
-                                      "serving.first_group_in_ingress=true", "serving.image_reference_min_bytes=0"])
-    serve.run(pipeline_app(split, checkpoint), name="split", route_prefix="/split")
+    _, checkpoint, config_path = trained_run
+    (spec,) = serve_config["applications"]
+    module_name, builder_name = spec["import_path"].split(":")
+    builder = getattr(importlib.import_module(module_name), builder_name)
+    split = ["serving.stage_groups=[[translate, encode], [retrieve], [rerank, generate]]",
+             "serving.first_group_in_ingress=true", "serving.image_reference_min_bytes=0"]
+    serve.run(builder({**spec["args"], "config": str(config_path), "checkpoint": checkpoint, "set": split}),
+              name="proxied", route_prefix=spec["route_prefix"])
+    proxied = f"http://127.0.0.1:{serve_config['http_options']['port']}"
     try:
         for question in test_questions:
-            one, five = ask(endpoint, question).json(), ask(f"{endpoint}/split", question).json()
-            assert (five["answer"], five["query"], five["evidence"]) == (one["answer"], one["query"], one["evidence"])
-            assert five["timings_ms"]["transfer"] > 0
+            front, proxy = ask(endpoint, question).json(), ask(proxied, question).json()
+            assert (proxy["answer"], proxy["query"], proxy["evidence"]) == (front["answer"], front["query"],
+                                                                           front["evidence"])
+            assert proxy["timings_ms"]["transfer"] > 0
+        assert requests.get(f"{proxied}/v2/answer", timeout=10).json()["error"]["field"] == "path"
     finally:
-        serve.delete("split")
+        serve.delete("proxied")
 
 
 def test_builder_names_bad_args():
@@ -489,17 +505,25 @@ def test_sigterm_stops_serve_deletes_the_application_and_shuts_down_the_ray_it_s
         wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
         out, _ = stop_within_10_s(process, signal.SIGTERM, tmp_path)
     assert "deleting the application 'mmrag'; then shutting down the Ray this command started" in out
-    # Ray's processes end as it shuts down: soon nothing listens on the port.
+    # The front ended with the command; Ray's processes (started in the command's session) end as it shuts down.
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-        except requests.ConnectionError:
-            break
-        except requests.Timeout:
-            pass
-        assert time.monotonic() < deadline, "the HTTP proxy still answers 10 s after mmrag serve exited"
+    while remaining := session_processes(process.pid):
+        assert time.monotonic() < deadline, f"Ray still runs 10 s after mmrag serve exited: {remaining}"
         time.sleep(0.5)
+
+
+def session_processes(session_id: int) -> list[str]:
+    """Names of the live processes of a session (from /proc: the session id is the 6th field of stat)."""
+    names = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            text = stat.read_text()
+            name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+            if int(fields[3]) == session_id and fields[0] != "Z":
+                names.append(name)
+    return names
 
 
 def test_ctrl_c_stops_serve_on_a_joined_cluster_and_leaves_the_cluster_running(endpoint, trained_run, tmp_path):
@@ -507,10 +531,25 @@ def test_ctrl_c_stops_serve_on_a_joined_cluster_and_leaves_the_cluster_running(e
     from ray import serve
 
     _, checkpoint, config_path = trained_run
+    port = free_port()
     with serving_process(config_path, checkpoint, tmp_path, "--address", ray.get_runtime_context().gcs_address,
-                         "--name", "signal-test", "--route-prefix", "/signal-test") as process:
-        wait_healthy(process, f"{endpoint}/signal-test/healthz", tmp_path)
+                         "--name", "signal-test", "--set", f"serving.port={port}") as process:
+        wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
         out, _ = stop_within_10_s(process, signal.SIGINT, tmp_path)
     assert "deleting the application 'signal-test'; the cluster keeps running" in out
     assert "signal-test" not in serve.status().applications
     assert requests.get(f"{endpoint}/healthz", timeout=10).status_code == 200
+
+
+def test_a_port_in_use_fails_at_once_before_ray_starts(trained_run):
+    _, checkpoint, config_path = trained_run
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "pipelines.serve", "--config", str(config_path), "--checkpoint",
+                                 checkpoint, "--set", f"serving.port={port}"], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"serve: cannot listen on 127.0.0.1:{port}" in result.stderr and "serving.port" in result.stderr
+    assert "Started a local Ray" not in result.stderr

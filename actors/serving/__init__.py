@@ -2,8 +2,9 @@
 
 Each stage-group deployment runs some consecutive stages of the offline greedy path in
 process (`serving.stage_groups`) and groups concurrent requests with `@serve.batch`; the
-ingress validates HTTP input (`mmrag.serving.body`, `.request`) and sends each request
-through the groups in inference order (`stage_path.py`).
+ingress sends each validated request through the groups in inference order
+(`stage_path.py`); the HTTP API (`mmrag.serving.api`) is served by `mmrag serve`'s front
+(`front.py`), or by the ingress itself behind Serve's proxy.
 """
 
 from __future__ import annotations

@@ -7,15 +7,17 @@ index shard), each replica running its stages in process; with `serving.first_gr
 the ingress replicas run the first group themselves. A group's replicas are the
 largest `serving.*_replicas` of its stages and its GPUs the sum of its stages' `num_gpus`.
 The ingress queues at most `serving.max_queued_requests` beyond what its replicas work on;
-Serve refuses the rest with 503 and Retry-After.
+the rest are refused with 503 and Retry-After (by Serve's proxy, or by `mmrag serve`'s front).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
+import ray
 from ray.serve import Application
 from ray.serve.config import BackpressureConfig
 from ray.serve.deployment import Deployment
@@ -25,6 +27,7 @@ from actors.serving.retrieval import RetrievalShardDeployment
 from actors.serving.stages import StageGroupDeployment
 from mmrag.config import Config, load_config
 from mmrag.retrieval.manifest import Manifest
+from mmrag.serving.api import ApiSettings
 from mmrag.serving.info import answer_versions, service_info
 from mmrag.serving.state import check_stage_groups
 
@@ -85,16 +88,15 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
     ingress = placed(AnswerIngress, "AnswerIngress", serving.stage_groups[0] if serving.first_group_in_ingress else [],
                      least_replicas=serving.ingress_replicas, max_queued_requests=serving.max_queued_requests,
                      backpressure_config=BackpressureConfig(retry_after_s=serving.retry_after_s))
-    return ingress.bind(serving.stage_groups, handles, cfg, checkpoint, service_info(cfg, manifest, checkpoint),
-                        answer_versions(manifest, checkpoint))
+    return ingress.bind(serving.stage_groups, handles, cfg, checkpoint, api_settings(cfg, checkpoint))
 
 
-def http_options(cfg: Config) -> dict[str, Any]:
-    """Serve's HTTP proxy: where it listens, and its end-to-end timeout, a backstop past the ingress's own
-    (body arrival plus pipeline deadline), so that no request waits forever in the proxy's queue either."""
-    serving = cfg.serving
-    return {"host": serving.host, "port": serving.port,
-            "request_timeout_s": serving.body_timeout_s + serving.request_timeout_s}
+def api_settings(cfg: Config, checkpoint: str | Path) -> ApiSettings:
+    """What the HTTP API of the application reports and enforces (the ingress's, and `mmrag serve`'s front's)."""
+    cfg = _with_absolute_paths(cfg)
+    checkpoint = str(Path(checkpoint).expanduser().resolve())
+    manifest = Manifest.read(cfg.index.dir)
+    return ApiSettings.from_config(cfg, service_info(cfg, manifest, checkpoint), answer_versions(manifest, checkpoint))
 
 
 def _with_absolute_paths(cfg: Config) -> Config:
@@ -102,3 +104,13 @@ def _with_absolute_paths(cfg: Config) -> Config:
     index = dataclasses.replace(cfg.index, dir=str(Path(cfg.index.dir).expanduser().resolve()))
     zoo = dataclasses.replace(cfg.zoo, cache_dir=str(Path(cfg.zoo.cache_dir).expanduser().resolve()))
     return dataclasses.replace(cfg, index=index, zoo=zoo)
+
+
+def replica_pids(app_name: str, deployment: str) -> list[int]:
+    """Process ids of a deployed application's replicas of `deployment` (for failure tests and benchmarks)."""
+    pids = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["name"].startswith(f"SERVE_REPLICA::{app_name}#{deployment}#"):
+            replica = ray.get_actor(actor["name"], namespace=actor["namespace"])
+            pids.append(ray.get(replica.__ray_call__.remote(lambda _: os.getpid()), timeout=30))
+    return pids

@@ -7,14 +7,15 @@ several deployments read a large image (`serving.image_reference_min_bytes`), it
 the object store once and they receive its reference. A call that fails because its replica
 died or was unavailable is sent again (Serve routes it to a live or restarted replica) until
 the request's deadline (`serving.request_timeout_s`); a request still unanswered then raises
-`ServiceUnavailable`, which the ingress sends as a 503 with Retry-After. Errors in the
-stages' own code propagate. With `serving.first_group_in_ingress` the first group is a local
-call in the ingress.
+`ServiceUnavailable`, which the API sends as a 503 with Retry-After. `until_answered` is that
+rule, and the front calls the ingress by it too. Errors in the stages' own code propagate.
+With `serving.first_group_in_ingress` the first group is a local call in the ingress.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,20 +24,17 @@ import ray
 from ray import ObjectRef
 from ray.exceptions import RayActorError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 from mmrag.retrieval.merge import merge_topk
+from mmrag.serving.api import ServiceUnavailable
 from mmrag.serving.state import StageState, without_spent_inputs
 
-FAILED_REPLICA_ERRORS = (RayActorError, BackPressureError, DeploymentUnavailableError)
-"""A replica died, is unreachable, or none can take the call yet: sending it again may succeed."""
+FAILED_REPLICA_ERRORS = (RayActorError, DeploymentUnavailableError)
+"""A replica died or is unreachable, or the deployment has none running: sending the call again may succeed."""
 RETRY_PAUSE_S = 0.2
 """Wait before sending a failed call again, so Serve can notice the dead replica and route elsewhere."""
 IMAGE_STAGES = ("translate", "rerank", "generate")
-
-
-class ServiceUnavailable(RuntimeError):
-    """No answer within the request's deadline: a stage's replicas are down, restarting or overloaded."""
 
 
 @dataclass(frozen=True)
@@ -84,27 +82,44 @@ class StagePath:
     async def _until_answered(self, call: StageCall, state: StageState, deadline: float) -> StageState:
         if call.local is not None:
             return await call.local(state)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ServiceUnavailable(f"stages {'+'.join(call.stages)}: no answer within {self.timeout_s:g} s "
-                                         "(replicas down, restarting or overloaded)")
-            if call.is_shard_search:
-                responses = [shard.search.remote(state.vector, state.top_k) for shard in call.handles]
-            else:
-                responses = [call.handles[0].run.remote(state)]
-            try:
-                results = await asyncio.wait_for(asyncio.gather(*responses), remaining)
-            except (TimeoutError, *FAILED_REPLICA_ERRORS) as exc:
-                for response in responses:
-                    response.cancel()
-                if not isinstance(exc, TimeoutError):
-                    await asyncio.sleep(min(RETRY_PAUSE_S, max(deadline - time.monotonic(), 0.0)))
-                continue
-            if not call.is_shard_search:
-                return results[0]
-            state.hits = merge_topk([[hits] for hits in results], state.top_k)[0]
-            return without_spent_inputs(state, "retrieve")
+        if not call.is_shard_search:
+            (state,) = await until_answered(lambda: [call.handles[0].run.remote(state)], deadline,
+                                            f"stages {'+'.join(call.stages)}", self.timeout_s)
+            return state
+        results = await until_answered(lambda: [shard.search.remote(state.vector, state.top_k)
+                                                for shard in call.handles], deadline, "stage retrieve", self.timeout_s)
+        state.hits = merge_topk([[hits] for hits in results], state.top_k)[0]
+        return without_spent_inputs(state, "retrieve")
+
+
+async def until_answered(send: Callable[[], list[DeploymentResponse]], deadline: float, what: str,
+                         timeout_s: float) -> list:
+    """The results of the calls `send` makes, made again after a replica failure until `deadline`.
+
+    A full queue (`BackPressureError`) is not retried: the caller is told to come back later.
+    """
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ServiceUnavailable(f"{what}: no answer within {timeout_s:g} s (replicas down, restarting "
+                                     "or overloaded)")
+        responses = send()
+        try:
+            return await asyncio.wait_for(asyncio.gather(*responses), remaining)
+        except (TimeoutError, BackPressureError, *FAILED_REPLICA_ERRORS) as exc:
+            for response in responses:
+                cancel(response)
+            if isinstance(exc, BackPressureError):
+                raise ServiceUnavailable(f"{what}: the queue is full") from exc
+            if not isinstance(exc, TimeoutError):
+                await asyncio.sleep(min(RETRY_PAUSE_S, max(deadline - time.monotonic(), 0.0)))
+
+
+def cancel(response: DeploymentResponse) -> None:
+    """Best effort. Outside a replica, cancelling a call whose routing failed raises that failure again: it is
+    the one `until_answered` is handling already."""
+    with contextlib.suppress(BackPressureError, *FAILED_REPLICA_ERRORS):
+        response.cancel()
 
 
 async def resolved_image(image):

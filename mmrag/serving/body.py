@@ -1,7 +1,6 @@
 """Read a request body off the wire, bounded in size and time, and turn it into an `AnswerRequest`.
 
-The ingress (actors/serving/ingress.py) passes the request's headers and its body stream
-here. The body is read in full before anything parses it, whether it came with a
+The API (mmrag/serving/api.py) passes the request's headers and its body stream here. The body is read in full before anything parses it, whether it came with a
 `Content-Length` or chunked without one: past `RequestLimits.max_body_bytes` it is a 413,
 not arriving in full within `serving.body_timeout_s` a 408. Then the content type picks the
 parser of `mmrag.serving.request`: JSON, or multipart (which must end with its closing

@@ -1,11 +1,11 @@
 """Validate one `POST /v1/answer` request and decode its image, before any model sees it.
 
-First step of serving: the ingress (actors/serving/ingress.py) reads the body
+First step of serving: the API (mmrag/serving/api.py) reads the body
 (`mmrag.serving.body`) and hands the raw JSON bytes, or the fields of a multipart upload, to
 `parse_json_body` / `parse_form`. They validate against the pydantic models of
 `mmrag.serving.schema`, then the limits of the config, and return an `AnswerRequest` (a
 decoded RGB image, the question, the options with defaults filled in) or raise
-`RequestError` naming the offending field, which the ingress sends as a 4xx JSON error.
+`RequestError` naming the offending field, which the API sends as a 4xx JSON error.
 JSON is parsed by pydantic's parser, which bounds nesting depth and number size and rejects
 invalid UTF-8, so no body reaches Python's recursive decoder. No Ray and no models here.
 """

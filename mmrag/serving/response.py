@@ -1,6 +1,6 @@
 """The reply to `POST /v1/answer`, built from a request's finished `StageState`.
 
-Last step of serving: the ingress has the state the last deployment returned (query, the
+Last step of serving: the API has the state the last deployment returned (query, the
 reranker's evidence, the answer, each stage's milliseconds) and its own timings; this turns
 them into an `AnswerReply` (mmrag/serving/schema.py): {answer, evidence: [{doc_id, title,
 snippet, score}], query, timings_ms, versions}.

@@ -1,6 +1,6 @@
 """The HTTP bodies of the serving API as pydantic models: what `POST /v1/answer` accepts and every reply.
 
-Used at both ends of the ingress (actors/serving/ingress.py): `mmrag.serving.request`
+Used at both ends of the API (mmrag/serving/api.py): `mmrag.serving.request`
 validates raw bodies against `AnswerBody` (JSON) or `AnswerUpload` (multipart fields), and
 the replies are built from `AnswerReply` / `ErrorReply`. The OpenAPI document at
 /openapi.json and /docs is generated from these models (`mmrag.serving.openapi`).

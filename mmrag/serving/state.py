@@ -1,9 +1,9 @@
 """What travels between the serving deployments: one request's `StageState`, and the stage names.
 
-The ingress (actors/serving/ingress.py) builds a `StageState` from each valid request and
-hands it to the deployments of `serving.stage_groups` in order; each fills in its stages'
-outputs (mmrag/serving/stages.py). Light on purpose (no model code), so the ingress imports
-it without loading transformers.
+The API (mmrag/serving/api.py) builds a `StageState` from each valid request; the ingress
+(actors/serving/ingress.py) hands it to the deployments of `serving.stage_groups` in order;
+each fills in its stages' outputs (mmrag/serving/stages.py). Light on purpose (no model
+code), so the front and the ingress import it without loading transformers.
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""The HTTP API of a served pipeline (FastAPI): its routes, error bodies and OpenAPI document, defined once.
+
+`answer_api(run_pipeline, settings)` builds the app that both fronts serve: `mmrag serve`'s own
+HTTP front (actors/serving/front.py) and the ingress deployment behind Serve's proxy
+(`serve run configs/serve/local.yaml`). They differ only in `run_pipeline`, the coroutine that
+takes a validated request's `StageState` through the pipeline and returns the finished
+state with the milliseconds spent between processes: the front calls the ingress
+deployment, the ingress its stage groups. It raises `ServiceUnavailable` when no
+answer can come in time (a 503 with Retry-After).
+
+`POST /v1/answer` reads and validates the body (`mmrag.serving.body`: a 4xx JSON error
+naming the field on bad input, bounded in size and arrival time) and replies with the
+answer, the evidence and the time each step took. `GET /healthz` and `GET /v1/info` report
+liveness and what is being served. Bodies are the pydantic models of
+`mmrag.serving.schema`; unknown paths and methods get the same error body as bad input.
+No Ray here.
+
+No `from __future__ import annotations` here: FastAPI must see the real `Request` class
+in the route signatures to inject the request.
+"""
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from mmrag.config import Config
+from mmrag.serving.body import read_answer_request
+from mmrag.serving.openapi import openapi_with_request_models, request_body_openapi
+from mmrag.serving.request import RequestError, RequestLimits
+from mmrag.serving.response import answer_reply
+from mmrag.serving.schema import AnswerReply, ErrorReply, Health
+from mmrag.serving.state import StageState
+
+AnswerPath = Callable[[StageState], Awaitable[tuple[StageState, float]]]
+"""A validated request's state in; the finished state and the milliseconds spent between processes out."""
+
+ERROR_RESPONSES = {status: {"model": ErrorReply, "description": description} for status, description in {
+    400: "the body is not valid JSON or multipart/form-data", 408: "the body did not arrive in time",
+    413: "the body or the image is over its size limit", 415: "neither JSON nor multipart/form-data",
+    422: "a field is missing, of the wrong type or out of range",
+    503: "the queue is full or the pipeline did not answer in time: retry after `Retry-After` seconds"}.items()}
+
+
+class ServiceUnavailable(RuntimeError):
+    """No answer in time: the queue is full, or replicas are down, restarting or overloaded past the deadline."""
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    limits: RequestLimits
+    body_timeout_s: float
+    retry_after_s: int
+    snippet_chars: int
+    info: dict[str, Any]
+    """The `GET /v1/info` body (`mmrag.serving.info.service_info`)."""
+    versions: dict[str, Any]
+    """What every answer's `versions` carries (`mmrag.serving.info.answer_versions`)."""
+
+    @classmethod
+    def from_config(cls, cfg: Config, info: dict[str, Any], versions: dict[str, Any]) -> "ApiSettings":
+        serving = cfg.serving
+        return cls(RequestLimits.from_config(cfg), serving.body_timeout_s, serving.retry_after_s,
+                   serving.snippet_chars, info, versions)
+
+
+def error_response(error: RequestError, retry_after_s: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+
+def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
+    api = FastAPI(title="mmrag", version="1",
+                  description="Knowledge-based visual question answering: image + question in, "
+                              "answer + evidence + translated query out.")
+    api.openapi = lambda: openapi_with_request_models(api)
+
+    @api.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """Unknown paths and methods: the API's error body instead of Starlette's."""
+        return error_response(RequestError("path", f"{request.method} {request.url.path}: {exc.detail}",
+                                           exc.status_code))
+
+    @api.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        return Health(status="ok")
+
+    @api.get("/v1/info")
+    async def info() -> dict[str, Any]:
+        """Models, knowledge base size, checkpoint, request limits and option defaults."""
+        return settings.info
+
+    @api.post("/v1/answer", response_model=AnswerReply, responses=ERROR_RESPONSES,
+              openapi_extra=request_body_openapi())
+    async def answer(request: Request) -> Any:
+        """Answer a question about an image from retrieved evidence (JSON with a base64 image, or a multipart
+        upload)."""
+        begin = time.perf_counter()
+        try:
+            req = await read_answer_request(request.headers, request.stream(), settings.limits,
+                                            settings.body_timeout_s)
+        except RequestError as error:
+            return error_response(error)
+        parse_ms = (time.perf_counter() - begin) * 1000
+        state = StageState(image=req.image, question=req.question, top_k=req.top_k, max_docs=req.max_docs)
+        try:
+            state, transfer_ms = await run_pipeline(state)
+        except ServiceUnavailable as exc:
+            return error_response(RequestError(None, str(exc), 503), settings.retry_after_s)
+        timings = {"parse": parse_ms, **state.stage_ms, "transfer": transfer_ms,
+                   "total": (time.perf_counter() - begin) * 1000}
+        # Built from validated parts already: sent as is, not validated again against `response_model`.
+        reply = answer_reply(state, req.return_evidence, timings, settings.snippet_chars, settings.versions)
+        return Response(reply.model_dump_json(), media_type="application/json")
+
+    return api
