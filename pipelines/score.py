@@ -10,7 +10,9 @@ plus "choice" (the option's index, or its text) for A-OKVQA multiple choice. ID 
 benchmark's question id (OK-VQA question_id, A-OKVQA question_id, InfoSeek data_id); for
 E-VQA, whose CSV has none, each (question, image) is "evqa-SPLIT-ROW-IMAGE_ID" (ROW: the
 0-based data row), the ids `mmrag convert` gives. Every annotated question needs a
-prediction unless --partial. E-VQA is scored up to its exact-match stage only (BEM, the
+prediction unless --partial. OK-VQA follows the current vqaEval.py (its 2021-03-11 fix
+and later); --okvqa-rules pre-2021 follows the code before that fix, for comparisons
+with papers scored by it. E-VQA is scored up to its exact-match stage only (BEM, the
 official second stage, needs a model not available offline): a lower bound.
 
 Prints the official aggregates; --per-example OUT.jsonl writes one line per question with
@@ -27,6 +29,7 @@ from pathlib import Path
 from mmrag.data.loaders import LoaderError
 from mmrag.data.loaders.annotations import FORMATS, read_annotations
 from mmrag.metrics.official import benchmark
+from mmrag.metrics.okvqa import RULES, OkvqaBenchmark
 from mmrag.metrics.predictions import read_predictions
 from mmrag.metrics.scoring import ScoreReport, ScoringError, score_predictions
 from pipelines.options import run_main
@@ -40,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictions", required=True, metavar="FILE",
                         help="JSON lines: question_id, prediction (and choice for A-OKVQA multiple choice)")
     parser.add_argument("--per-example", metavar="OUT.jsonl", help="write each scored question's score(s) here")
+    parser.add_argument("--okvqa-rules", choices=RULES, default="current",
+                        help="OK-VQA only: `current` vqaEval.py (default, since its 2021-03-11 fix of answer "
+                             "processing) or `pre-2021` (the older code: prediction always normalised, differing "
+                             "answers by punctuation only), for comparing with papers that used it")
     parser.add_argument("--partial", action="store_true",
                         help="score only the annotated questions that have a prediction (default: every annotated "
                              "question must have one, and every prediction an annotated question)")
@@ -48,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         references = read_annotations(args.format, args.annotations)
-        report = score_predictions(benchmark(args.format), references, read_predictions(args.predictions),
+        scorer = OkvqaBenchmark(args.okvqa_rules) if args.format == "okvqa" else benchmark(args.format)
+        report = score_predictions(scorer, references, read_predictions(args.predictions),
                                    partial=args.partial)
     except (LoaderError, ScoringError) as exc:
         print(f"score: {exc}", file=sys.stderr)

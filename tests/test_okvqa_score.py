@@ -6,16 +6,42 @@ import pytest
 
 from mmrag.metrics.answers import normalize_answer
 from mmrag.metrics.okvqa import OkvqaBenchmark, OkvqaReference, vqa_accuracy, vqa_punctuation
-from mmrag.metrics.scoring import Prediction, score_predictions
+from mmrag.metrics.scoring import Prediction, ScoringError, score_predictions
 
 
-def test_ten_identical_answers_are_compared_without_any_normalization():
-    # All ten say "t-shirt": kept as is. The prediction's hyphen becomes a space ("t shirt"), so it never matches.
-    assert vqa_accuracy("t-shirt", ["t-shirt"] * 10) == 0.0
-    # One differs: now every answer is punctuation-processed too ("t shirt"), and 9 match.
-    assert vqa_accuracy("t-shirt", ["t-shirt"] * 9 + ["shirt"]) == 1.0
-    # Answers are never lower-cased: "Race" cannot match the lower-cased prediction.
-    assert vqa_accuracy("Race", ["Race"] * 6 + ["ride"] * 4) == 0.0
+def test_ten_identical_answers_are_compared_as_they_are_prediction_included():
+    # Current vqaEval.py: all ten agree, so neither side is normalised.
+    assert vqa_accuracy("an apple", ["an apple"] * 10) == 1.0
+    assert vqa_accuracy("tshirt.", ["tshirt"] * 10) == 0.0  # the period stays on the prediction
+    assert vqa_accuracy("Yes", ["yes"] * 10) == 0.0  # nor is it lower-cased
+    assert vqa_accuracy(" tshirt\n", ["tshirt\t"] * 10) == 1.0  # but both are stripped
+
+
+def test_differing_answers_get_the_full_normalisation_like_the_prediction():
+    assert vqa_accuracy("Race", ["Race"] * 6 + ["ride"] * 4) == 1.0  # both lower-cased
+    assert vqa_accuracy("2", ["two"] * 3 + ["three"] * 7) == pytest.approx(0.9)  # number words in the answers
+    assert vqa_accuracy("don't know", ["dont know"] * 4 + ["unknown"] * 6) == 1.0  # contractions in the answers
+    assert vqa_accuracy("an apple", ["an apple"] * 9 + ["a pear"]) == 1.0  # articles dropped on both sides
+
+
+def test_pre_2021_rules_normalise_the_prediction_always_and_differing_answers_by_punctuation_only():
+    # The code before 2021-03-11: the prediction is normalised even against ten identical answers...
+    assert vqa_accuracy("an apple", ["an apple"] * 10, rules="pre-2021") == 0.0  # "apple" != "an apple"
+    assert vqa_accuracy("tshirt.", ["tshirt"] * 10, rules="pre-2021") == 1.0
+    assert vqa_accuracy("Yes", ["yes"] * 10, rules="pre-2021") == 1.0
+    assert vqa_accuracy("tshirt", [" tshirt"] * 10, rules="pre-2021") == 0.0  # answers are not stripped
+    # ...and differing answers get punctuation only: no lower case, number words or contractions.
+    assert vqa_accuracy("t-shirt", ["t-shirt"] * 9 + ["shirt"], rules="pre-2021") == 1.0  # "t shirt" both
+    assert vqa_accuracy("Race", ["Race"] * 6 + ["ride"] * 4, rules="pre-2021") == 0.0
+    assert vqa_accuracy("2", ["two"] * 3 + ["three"] * 7, rules="pre-2021") == 0.0
+    assert vqa_accuracy("don't know", ["dont know"] * 4 + ["unknown"] * 6, rules="pre-2021") == 0.0
+
+
+def test_unknown_rules_are_refused_naming_the_valid_ones():
+    with pytest.raises(ScoringError, match="'2019'.*current, pre-2021"):
+        vqa_accuracy("a", ["a"] * 10, rules="2019")
+    with pytest.raises(ScoringError, match="current, pre-2021"):
+        OkvqaBenchmark("2019")
 
 
 def test_dollar_percent_ampersand_and_colon_are_kept_and_other_marks_follow_the_official_rules():
@@ -69,7 +95,7 @@ def test_aggregates_are_percent_rounded_to_two_decimals_overall_and_per_type():
         "2": OkvqaReference("2", ["yes"] * 10, [str(i) for i in range(10)], "four", "yes/no"),
         "3": OkvqaReference("3", ["red"] * 10, [str(i) for i in range(10)], "four", "other"),
     }
-    predictions = {qid: Prediction(qid, text) for qid, text in (("1", "2"), ("2", "Yes"), ("3", "blue"))}
+    predictions = {qid: Prediction(qid, text) for qid, text in (("1", "2"), ("2", "yes"), ("3", "blue"))}
     report = score_predictions(OkvqaBenchmark(), references, predictions)
     assert [row["score"] for row in report.per_example] == pytest.approx([0.6, 1.0, 0.0])
     # overall (0.6 + 1 + 0) / 3 = 53.333 -> 53.33; other: (0.6 + 0) / 2 = 30.0; four: (1 + 0) / 2 = 50.0

@@ -21,9 +21,9 @@ ANNOTATIONS = {
 }
 # Worked by hand from tests/fixtures/*/predictions.jsonl:
 EXPECTED = {
-    # "motocross": 2 of 10 -> 0.6; "Madagascar!" -> "madagascar", all 10 -> 1.0.
-    "okvqa": ({"overall": 80.0, "answer_type/other": 80.0, "question_type/eight": 60.0, "question_type/four": 100.0},
-              "score", [0.6, 1.0]),
+    # "motocross": 2 of 10 -> 0.6; "Madagascar!" against ten identical "madagascar", compared as is -> 0.
+    "okvqa": ({"overall": 30.0, "answer_type/other": 30.0, "question_type/eight": 60.0, "question_type/four": 0.0},
+              "score", [0.6, 0.0]),
     # DA: "Cigarette" matches no "cigarette" (0), "30" 1 of 10 (1/3), the third is difficult (left out).
     # MC: index 3 right, "thirty" right, index 0 ("a cab") wrong although "cab" is correct.
     "aokvqa": ({"direct_answer": 100 / 6, "direct_answer/questions": 2.0, "multiple_choice": 200 / 3,
@@ -63,6 +63,13 @@ def test_score_prints_the_official_aggregates_and_writes_per_example_scores(name
 def test_evqa_scores_are_labelled_as_the_exact_match_stage(capsys):
     assert main(score_args("evqa")) == 0
     assert "EXACT-MATCH STAGE ONLY" in capsys.readouterr().out
+
+
+def test_okvqa_pre_2021_rules_are_a_labelled_option(capsys):
+    # The older code normalises the prediction always: "Madagascar!" -> "madagascar", all 10 match -> 1.0.
+    assert main([*score_args("okvqa"), "--okvqa-rules", "pre-2021"]) == 0
+    printed = capsys.readouterr().out
+    assert "before its 2021-03-11 fix" in printed and ["overall", "80.00"] in [line.split() for line in printed.splitlines()]
 
 
 def test_a_question_without_prediction_is_an_error_unless_partial(tmp_path, capsys):

@@ -1,12 +1,21 @@
 """OK-VQA's official score: VQA accuracy exactly as the VQA evaluation code (`vqaEval.py`) computes it.
 
-Rules of the official code, kept here with their quirks:
+Two rule sets, both from GT-Vision-Lab/VQA's `PythonEvaluationTools/vqaEvaluation/vqaEval.py`:
 
-* The prediction is normalised: newlines and tabs become spaces; `vqa_punctuation`;
-  lower case, number words to digits ("two" -> "2"), articles dropped, contractions
-  restored ("dont" -> "don't") by `vqa_words`.
-* The ten annotator answers are compared as they are when all ten are identical;
-  otherwise each gets `vqa_punctuation` only (no lower-casing, no number words).
+* `current` (the default): the code at its current head, commit a013f00 of 2021-03-11
+  ("Fixed processing answers bug"). Prediction and the ten annotator answers have their
+  newlines and tabs turned into spaces and are stripped. When the ten answers are all
+  identical, prediction and answers are compared as they are (so "an apple" scores 1
+  against ten "an apple", and "tshirt." 0 against ten "tshirt"). Otherwise both get
+  `vqa_punctuation` and then `vqa_words` (lower case, number words to digits ("two" ->
+  "2"), articles dropped, contractions restored ("dont" -> "don't")).
+* `pre-2021`: the code before that commit, which papers evaluated with the original
+  release used. The prediction always gets the full normalisation; the answers are
+  compared as they are when identical, and otherwise get `vqa_punctuation` only (no
+  lower-casing, no number words, not stripped).
+
+Both then score alike:
+
 * Accuracy: for each annotator, leave its answer record out and take
   min(1, matches among the others / 3); the score is the mean over the ten. A record is
   left out together with every record equal to it (the official code compares whole
@@ -30,6 +39,8 @@ PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_",
                "!")
 """The marks the official code removes; every other character (`$ % & : ' . *`, ...) is kept, periods aside."""
 MATCHES_FOR_FULL_CREDIT = 3
+RULES = ("current", "pre-2021")
+"""`current`: vqaEval.py since 2021-03-11 (the default); `pre-2021`: before, for comparisons with papers that used it."""
 
 _DIGIT_COMMA_DIGIT = re.compile(r"\d,\d")
 # The official pattern is "(?!<=\d)(\.)(?!\d)": its first group is a look-ahead for the text
@@ -65,12 +76,35 @@ def vqa_words(text: str) -> str:
     return " ".join(CONTRACTIONS.get(word, word) for word in words if word not in ARTICLES)
 
 
-def normalize_prediction(prediction: str) -> str:
-    return vqa_words(vqa_punctuation(prediction.replace("\n", " ").replace("\t", " ").strip()))
+def vqa_normalize(text: str) -> str:
+    """Both steps of the official normalisation: `vqa_punctuation`, then `vqa_words`."""
+    return vqa_words(vqa_punctuation(text))
 
 
-def vqa_accuracy(prediction: str, answers: Sequence[str], annotators: Sequence[str] | None = None) -> float:
-    """Official VQA accuracy of one prediction against the annotator answers.
+def _one_line(text: str) -> str:
+    return text.replace("\n", " ").replace("\t", " ").strip()
+
+
+def compared_forms(prediction: str, answers: Sequence[str], rules: str = "current") -> tuple[str, list[str]]:
+    """(prediction, answers) as the official code of `rules` compares them."""
+    if rules == "current":
+        answers = [_one_line(answer) for answer in answers]
+        if len(set(answers)) == 1:
+            return _one_line(prediction), answers
+        return vqa_normalize(_one_line(prediction)), [vqa_normalize(answer) for answer in answers]
+    if rules == "pre-2021":
+        answers = list(answers) if len(set(answers)) == 1 else [vqa_punctuation(answer) for answer in answers]
+        return vqa_normalize(_one_line(prediction)), answers
+    raise _unknown_rules(rules)
+
+
+def _unknown_rules(rules: str) -> ScoringError:
+    return ScoringError(f"OK-VQA rules: unknown {rules!r} (valid: {', '.join(RULES)})")
+
+
+def vqa_accuracy(prediction: str, answers: Sequence[str], annotators: Sequence[str] | None = None,
+                 rules: str = "current") -> float:
+    """Official VQA accuracy of one prediction against the annotator answers, by the rules of `rules`.
 
     `annotators[i]` is what else the i-th answer record holds (its id, confidence, ...):
     records equal in answer and annotator are left out together. Default: all distinct.
@@ -80,8 +114,7 @@ def vqa_accuracy(prediction: str, answers: Sequence[str], annotators: Sequence[s
     annotators = list(annotators) if annotators is not None else [str(i) for i in range(len(answers))]
     if len(annotators) != len(answers):
         raise ScoringError(f"VQA accuracy: {len(answers)} answers but {len(annotators)} annotator records")
-    predicted = normalize_prediction(prediction)
-    compared = list(answers) if len(set(answers)) == 1 else [vqa_punctuation(answer) for answer in answers]
+    predicted, compared = compared_forms(prediction, answers, rules)
     records = list(zip(compared, annotators))
     per_left_out = []
     for left_out in records:
@@ -104,12 +137,18 @@ class OkvqaReference:
 
 class OkvqaBenchmark:
     name = "okvqa"
-    title = "OK-VQA: VQA accuracy (official vqaEval.py rules), %"
     reference_type = OkvqaReference
     prediction_fields = ("prediction",)
 
+    def __init__(self, rules: str = "current"):
+        if rules not in RULES:
+            raise _unknown_rules(rules)
+        self.rules = rules
+        which = "current vqaEval.py" if rules == "current" else "vqaEval.py before its 2021-03-11 fix"
+        self.title = f"OK-VQA: VQA accuracy ({which} rules), %"
+
     def score(self, reference: OkvqaReference, prediction: Prediction) -> dict[str, Any]:
-        return {"score": vqa_accuracy(prediction.text(), reference.answers, reference.annotators)}
+        return {"score": vqa_accuracy(prediction.text(), reference.answers, reference.annotators, self.rules)}
 
     def aggregate(self, scored: list[tuple[OkvqaReference, dict[str, Any]]]) -> dict[str, float]:
         aggregates = {"overall": percent(row["score"] for _, row in scored)}
