@@ -5,3 +5,4 @@ and `pipelines/`.
 """
 
 __version__ = "0.1.0"
+"""The one version string: setup.cfg reads it (`version = attr: mmrag.__version__`)."""

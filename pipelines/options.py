@@ -11,13 +11,15 @@ import huggingface_hub.utils
 
 from cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
+from mmrag.presets import preset_names, resolve_config
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
-        default="configs/local.yaml",
-        help="YAML config (default: configs/local.yaml, tiny models on CPU with synthetic data)",
+        metavar="FILE|PRESET",
+        help="YAML config: a file, or a preset by name (" + ", ".join(preset_names()) + "); default: the "
+             "embedded defaults (tiny offline models on CPU, synthetic data; what preset `local` restates)",
     )
     parser.add_argument(
         "--set",
@@ -33,7 +35,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     """Load the config named on the command line, or exit with a one-line error; then
     `apply_environment` it."""
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(resolve_config(args.config), args.overrides)
     except ConfigError as exc:
         sys.exit(f"config error: {exc}")
     apply_environment(cfg)

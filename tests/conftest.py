@@ -27,6 +27,13 @@ if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.enviro
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token_file)
 
 
+def pytest_collection_modifyitems(items):
+    """A test that starts Ray (through `ray_session`) is slow: the quick tier, `-m "not slow"`, is Ray-free."""
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def zoo_dir() -> str:
     """The zoo cache shared by every test (and by `mmrag` itself), with every model built (once, then reused).

@@ -16,6 +16,7 @@ import os
 import signal
 from collections import Counter
 
+import pytest
 import ray
 from helpers import assert_same_exported_weights
 
@@ -24,6 +25,8 @@ from actors.stages import ActorPools
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.ledger import read_metrics
 from mmrag.training.loop import train
+
+pytestmark = pytest.mark.slow  # kills actors of distributed runs on Ray
 
 STEPS = 4
 

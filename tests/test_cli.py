@@ -62,6 +62,7 @@ def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["DS_ACCELERATOR"] == "cpu"
 
 
+@pytest.mark.slow  # builds models and an index on Ray (31 s)
 def test_default_commands_print_no_warning(tmp_path, synth_dir):
     # A fresh zoo cache, so building the random tiny CLIP and saving the tiny LVLM (what
     # used to warn of random weights and of DeepSpeed's accelerator guess) happens here.

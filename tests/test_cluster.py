@@ -29,6 +29,8 @@ from cluster.resources import (
 from cluster.runtime_env import runtime_env
 from mmrag.config import load_config
 
+pytestmark = pytest.mark.slow  # starts a Ray head and submits jobs to it
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY_BIN = Path(sys.executable).parent / "ray"
 TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",

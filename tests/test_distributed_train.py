@@ -19,6 +19,8 @@ from mmrag.training.ledger import read_metrics
 from mmrag.training.local import train_local
 from pipelines.train import train_distributed
 
+pytestmark = pytest.mark.slow  # distributed training runs on Ray
+
 Q = 2
 
 

@@ -13,6 +13,8 @@ from mmrag.data.dataset import load_questions
 from mmrag.evaluation.settings import SETTINGS
 from pipelines.cli import main
 
+pytestmark = pytest.mark.slow  # trains a distributed run on Ray, then evaluates it
+
 COMPARED = ("setting", "id", "query", "answer", "selected", "reward")
 
 

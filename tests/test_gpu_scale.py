@@ -116,6 +116,7 @@ def test_generation_counts_prompt_and_answer_tokens_of_one_batched_call(preset, 
     assert record["peak_memory_gb"] is None
 
 
+@pytest.mark.slow  # runs the benchmark in a subprocess (11 s)
 def test_the_benchmark_runs_on_cpu_without_the_packages_the_gpu_image_lacks(zoo_dir):
     hide = "; ".join(f"sys.modules[{name!r}] = None" for name in ABSENT_ON_THE_GPU_IMAGE)
     argv = ["gpu_scale", "--device", "cpu", "--translator-size", "tiny", "--generator-size", "tiny", "--batch", "2",

@@ -94,6 +94,7 @@ def embedded_pieces(index_dir: Path) -> list[Path]:
     return sorted((index_dir / STAGING_DIR).glob("part-*.arrow"))
 
 
+@pytest.mark.slow  # kills a Ray Data build (26 s)
 def test_a_build_killed_midway_resumes_and_ends_as_an_uninterrupted_one(kb_dir, local_build, zoo_dir, tmp_path):
     local_dir, local = local_build
     index_dir = tmp_path / "index"

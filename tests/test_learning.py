@@ -13,6 +13,8 @@ import pytest
 from mmrag.config import load_config
 from mmrag.training.local import train_local
 
+pytestmark = pytest.mark.slow  # trains for 40 steps
+
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 40
 

@@ -32,6 +32,8 @@ from pydantic.json_schema import models_json_schema
 from mmrag.config import config_to_dict, load_config
 from mmrag.data.dataset import KB_FILE, encode_image, load_kb, load_questions
 
+pytestmark = pytest.mark.slow  # runs mmrag serve (Ray Serve) in processes of its own
+
 ROOT = Path(__file__).resolve().parents[1]
 APP = "mmrag"
 TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",

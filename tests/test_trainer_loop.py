@@ -286,6 +286,7 @@ def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeli
         train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)
 
 
+@pytest.mark.slow  # kills training driver processes (85 s)
 def test_a_driver_killed_at_any_moment_resumes_from_its_latest_complete_checkpoint(tiny_config, tmp_path):
     """SIGKILL of the `mmrag train` process while it checkpoints every step; `--resume` finishes the run."""
     cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=1", "train.steps=8")

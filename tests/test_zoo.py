@@ -147,6 +147,7 @@ def test_processor_gives_sixteen_image_tokens_for_a_64px_image(zoo_dir):
     assert processor.tokenizer.decode(processor.tokenizer(unusual)["input_ids"]) == unusual
 
 
+@pytest.mark.slow  # fits CLIP (13 s)
 def test_clip_fit_lowers_contrastive_loss_on_a_small_world(clip_init_cache):
     model, preprocess = create_tiny_clip(resolve("zoo:tiny-clip-init", str(clip_init_cache)))
     world = fit_clip.load_world(num_entities=12, seed=7, preprocess=preprocess)
