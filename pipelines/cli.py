@@ -25,6 +25,7 @@ COMMANDS = {
     "report": "pipelines.report",
     "convert": "pipelines.convert",
     "score": "pipelines.score",
+    "env": "pipelines.env",
 }
 
 
