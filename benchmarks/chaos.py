@@ -29,7 +29,7 @@ import ray
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
 

@@ -52,7 +52,7 @@ from benchmarks.results import portable_assignment, publish
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.training.evaluate import held_out_sample
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 
 HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results" / "learning.json"

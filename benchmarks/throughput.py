@@ -40,7 +40,7 @@ from mmrag.config import Config
 from mmrag.data.dataset import load_questions
 from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import Weights
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from mmrag.training.streaming import RolloutStream
 from pipelines.options import add_config_options, config_from_args
 from mmrag.training.local import train_local

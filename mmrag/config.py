@@ -259,6 +259,25 @@ class TrainConfig:
     """Evaluate greedily on held-out questions every this many steps."""
     eval_questions: int = 64
     """Held-out (val) questions per evaluation, taken at even strides over the split (so from many entities)."""
+    loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers beside metrics.jsonl: each gets every step's scalars and, at each evaluation, a sample of
+    held-out rollouts (`trackers` section). wandb and mlflow need the extras `mmrag[wandb]`, `mmrag[mlflow]`."""
+
+
+@dataclass
+class TrackersConfig:
+    rollout_samples: int = 8
+    """Held-out rollouts (question, query, selected titles, answer, reward) each tracker gets per evaluation."""
+    wandb_project: str = "mmrag"
+    """W&B project; the run is named after `train.run_dir`, and a resumed run continues the same W&B run."""
+    wandb_entity: str = ""
+    """W&B entity (team or user); empty: the account's default."""
+    wandb_mode: Literal["", "online", "offline"] = ""
+    """W&B mode; empty: $WANDB_MODE, else online. `offline` writes under RUN_DIR/wandb for `wandb sync`."""
+    mlflow_tracking_uri: str = ""
+    """MLflow tracking URI; empty: $MLFLOW_TRACKING_URI, else a file store in RUN_DIR/mlruns."""
+    mlflow_experiment: str = "mmrag"
+    """MLflow experiment the run is logged under (created when missing)."""
 
 
 @dataclass
@@ -364,6 +383,7 @@ class Config:
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    trackers: TrackersConfig = field(default_factory=TrackersConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)

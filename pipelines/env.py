@@ -1,7 +1,7 @@
 """Print the versions a bug report needs: Python, torch and CUDA, Ray, DeepSpeed, the HF stack, FAISS, open_clip, mmrag, the zoo.
 
 Versions are read from the installed distributions' metadata, so nothing heavy is
-imported (torch aside, for its CUDA build and devices) and no Ray is started. The zoo
+imported (torch aside: only torch knows its CUDA build and devices) and no Ray is started. The zoo
 lines give each model's build in the config's `zoo.cache_dir`: its format version
 (against the one this mmrag builds), seed and figures. Paste the output into an issue.
 """
@@ -14,6 +14,8 @@ import json
 import platform
 import sys
 from pathlib import Path
+
+import torch
 
 import mmrag
 from mmrag.model_refs import MODELS, ZOO_FORMAT_VERSION, read_manifest
@@ -47,8 +49,6 @@ def installed_version(distributions: tuple[str, ...]) -> str:
 
 
 def torch_build() -> dict:
-    import torch  # the one heavy import: its CUDA build and devices are only known to torch itself
-
     devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() \
         else []
     return {"torch": torch.__version__, "cuda": torch.version.cuda or "none (CPU build)",

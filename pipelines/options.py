@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import typing
 
 import huggingface_hub.constants
 import huggingface_hub.utils
@@ -37,9 +38,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
     try:
         cfg = load_config(resolve_config(args.config), args.overrides)
     except ConfigError as exc:
-        sys.exit(f"config error: {exc}")
+        exit_config_error(exc)
     apply_environment(cfg)
     return cfg
+
+
+def exit_config_error(error: ConfigError) -> typing.NoReturn:
+    """`config error: ...` on stderr, exit status 2 (a usage error, as argparse's)."""
+    print(f"config error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 def apply_environment(cfg: Config) -> None:

@@ -18,7 +18,7 @@ from mmrag.config import ConfigError, config_from_dict
 from mmrag.report.examples import query_examples
 from mmrag.report.plots import draw_plots
 from mmrag.report.summary import write_summary
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from pipelines.options import apply_environment, run_main
 
 

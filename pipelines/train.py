@@ -23,10 +23,11 @@ from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
-from mmrag.config import Config
+from mmrag.config import Config, ConfigError
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
-from pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.training.trackers import require_trackers
+from pipelines.options import add_config_options, config_from_args, exit_config_error, run_main
 
 
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:
@@ -64,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    try:
+        require_trackers(cfg.train.loggers)  # before anything starts
+    except ConfigError as exc:
+        exit_config_error(exc)
     cfg.train.mode = args.mode or cfg.train.mode
     cfg.train.steps = args.steps if args.steps is not None else cfg.train.steps
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir

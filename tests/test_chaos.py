@@ -23,7 +23,7 @@ from helpers import assert_same_exported_weights
 from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from mmrag.training.accounting import RolloutLedger
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from mmrag.training.loop import train
 
 pytestmark = pytest.mark.slow  # kills actors of distributed runs on Ray

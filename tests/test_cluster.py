@@ -219,7 +219,7 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
     """`ray job submit --working-dir` of the distributed trainer, as the README does it, on a private head."""
     from mmrag.data.dataset import KB_FILE
     from mmrag.retrieval.build import build_index
-    from mmrag.training.ledger import read_metrics
+    from mmrag.training.metrics_log import read_metrics
     from mmrag.zoo import resolve
 
     overrides = TINY_MODELS + [f"data.dir={synth_dir}", f"index.dir={tmp_path / 'index'}", f"zoo.cache_dir={zoo_dir}"]

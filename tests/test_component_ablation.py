@@ -16,7 +16,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mmrag.training.export import exported_trainable_weights
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from mmrag.training.local import train_local
 
 

@@ -15,7 +15,7 @@ from helpers import assert_same_exported_weights
 
 from cluster.resources import PlanDoesNotFit
 from mmrag.training.accounting import RolloutLedger
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from mmrag.training.local import train_local
 from pipelines.train import train_distributed
 

@@ -23,6 +23,8 @@ SCANNED = ("mmrag", "actors", "pipelines", "cluster", "benchmarks")
 LATE_IMPORT_ALLOWED = {
     "deepspeed": "the DeepSpeed learner only; slow to import and pulls in compilers",
     "peft": "LoRA only; a config without adapters never needs it",
+    "wandb": "an optional tracker (extra mmrag[wandb]), imported only when train.loggers lists it",
+    "mlflow": "an optional tracker (extra mmrag[mlflow]), imported only when train.loggers lists it",
 }
 """Heavy optional dependencies a function may import late (with a comment saying why)."""
 

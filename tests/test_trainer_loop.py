@@ -24,7 +24,7 @@ from mmrag.config import config_to_dict
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
-from mmrag.training.ledger import read_metrics
+from mmrag.training.metrics_log import read_metrics
 from mmrag.training.loop import train
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.rollouts import RolloutFailed, Rollouts

@@ -1,1 +1,1 @@
-"""Training: the staged rollout of one batch, the local updates, evaluation, and the run ledger."""
+"""Training: the staged rollout of one batch, the local updates, evaluation, and the metrics log."""

@@ -30,6 +30,7 @@ def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
     return [
         {"id": q.id, "question": q.question, "query": query, "answer": answer, "reward": float(reward),
          "retrieved": [h.doc_id for h in row], "selected": [row[j].doc_id for j in selection],
+         "selected_titles": [row[j].title for j in selection],
          "gold": list(q.gold_doc_ids)}
         for q, query, row, selection, answer, reward in zip(questions, queries, hits, selections, answers, rewards)
     ]

@@ -31,11 +31,12 @@ from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_d
                                        save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate
-from mmrag.training.ledger import MetricsLedger, read_metrics
+from mmrag.training.metrics_log import MetricsLog, read_metrics
 from mmrag.training.rollouts import Experience, Rollouts
 from mmrag.training.run import QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
 from mmrag.training.streaming import RolloutStream, StagePools
+from mmrag.training.trackers import open_trackers, rollout_sample
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +87,10 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     else:
         run.initial = run.driver_state(learner.version)
     pools.stages.install(learner.weights())
-    metrics = MetricsLedger(run_dir)
+    metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir))
     try:
         if 0 not in run.evaluations:
-            run.evaluations[0] = _evaluate(pools, held_out, metrics, 0)
+            run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
         _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress)
         learner.export(run_dir / "export")
     finally:
@@ -99,7 +100,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
             "ledger": ledger.as_dict()}
 
 
-def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLedger,
+def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
           held_out: list[Question], run_dir: Path, progress: bool) -> None:
     cfg = run.cfg
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
@@ -127,7 +128,7 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
         if (cfg.train.checkpoint_every and run.step % cfg.train.checkpoint_every == 0) or final:
             save_checkpoint(run_dir, learner, run.driver_state(learner.version))
         if run.step % cfg.train.eval_every == 0 or final:
-            run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step)
+            run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step, cfg.trackers.rollout_samples)
     bar.close()
 
 
@@ -171,7 +172,9 @@ def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_
     pools.stages.install(learner.weights())
 
 
-def _evaluate(pools: StagePools, questions: list[Question], metrics: MetricsLedger, step: int) -> dict:
-    result, _ = evaluate(pools.stages, questions)
+def _evaluate(pools: StagePools, questions: list[Question], metrics: MetricsLog, step: int,
+              rollout_samples: int) -> dict:
+    result, predictions = evaluate(pools.stages, questions)
     metrics.log(step, {"eval": result})
+    metrics.log_rollouts(step, rollout_sample(predictions, rollout_samples))
     return result

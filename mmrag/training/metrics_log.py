@@ -1,56 +1,63 @@
-"""The run ledger: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to TensorBoard.
+"""The metrics log: one JSON line per step in RUN_DIR/metrics.jsonl, mirrored to the experiment trackers.
 
 Both trainers (single-process reference and distributed) write through this class, so
-their curves are directly comparable. Numeric fields become TensorBoard scalars under
-their own name; nested dicts (e.g. per-stage timings) are flattened with "/".
+their curves are directly comparable. Every tracker (`mmrag.training.trackers`: TensorBoard,
+W&B, MLflow, as `train.loggers` lists them) gets the same scalars: each numeric field under
+its own name, nested dicts (e.g. per-stage timings) flattened with "/". At each evaluation
+the trackers also get a sample of held-out rollouts, which metrics.jsonl does not keep.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torch.utils.tensorboard import SummaryWriter
+from mmrag.training.trackers import Tracker
 
 
-def _flatten(record: dict, prefix: str = "") -> dict[str, float]:
+def flatten_scalars(record: dict, prefix: str = "") -> dict[str, float]:
+    """The finite numbers of `record` by name, nested names joined with "/" (lists and booleans left out)."""
     out: dict[str, float] = {}
     for key, value in record.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(_flatten(value, f"{name}/"))
+            out.update(flatten_scalars(value, f"{name}/"))
         elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             out[name] = float(value)
     return out
 
 
-class MetricsLedger:
-    """Append-only metrics.jsonl plus TensorBoard event files in the run directory."""
+class MetricsLog:
+    """Append-only metrics.jsonl in the run directory, plus the trackers it fans each record out to."""
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, trackers: Sequence[Tracker] = ()):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
         self._file = self.path.open("a")
-        self._writer = None
-        if tensorboard:
-            self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        self.trackers = list(trackers)
 
     def log(self, step: int, record: dict[str, Any]) -> None:
         """Write one step's record (it must be JSON-serialisable)."""
         line = {"step": step, **record}
         self._file.write(json.dumps(line, sort_keys=True) + "\n")
         self._file.flush()
-        if self._writer is not None:
-            for name, value in _flatten(record).items():
-                self._writer.add_scalar(name, value, step)
+        scalars = flatten_scalars(record)
+        for tracker in self.trackers:
+            tracker.log_scalars(step, scalars)
+
+    def log_rollouts(self, step: int, rollouts: list[dict[str, Any]]) -> None:
+        """Give every tracker a sample of rollouts (rows of `trackers.ROLLOUT_FIELDS`)."""
+        for tracker in self.trackers:
+            tracker.log_rollouts(step, rollouts)
 
     def close(self) -> None:
         self._file.close()
-        if self._writer is not None:
-            self._writer.close()
+        for tracker in self.trackers:
+            tracker.close()
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
