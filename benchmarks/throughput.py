@@ -17,7 +17,7 @@ with the config's dataset and index built. Four measurements:
    (both measured first, synchronously).
 4. Wall time of the `--steps` run of the config, distributed against local-reference, no simulation.
 
-Simulated device time (`mmrag.training.device_time`) is slept inside the stage actors (or the
+Simulated device time (`benchmarks.simulated_device`) is slept inside the stage actors (or the
 learner ranks) on top of their real work; every table says where it was used. Prints the tables, appends them to
 benchmarks/RESULTS.md and writes benchmarks/results/throughput.json.
 """
@@ -35,10 +35,10 @@ import ray
 
 from actors.stages import ActorPools
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from benchmarks.simulated_device import DeviceTime, simulated_actors
 from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import Weights
 from mmrag.training.ledger import read_metrics
 from mmrag.training.streaming import RolloutStream
@@ -59,7 +59,7 @@ def with_sections(cfg: Config, **sections: dict) -> Config:
 
 def rollout_rate(cfg: Config, device_time: dict[str, DeviceTime], batches: int) -> dict[str, float]:
     """Stream `batches` rollout batches through freshly placed pools; end-to-end and generator-pool rates."""
-    pools = ActorPools.launch(cfg, device_time)
+    pools = ActorPools.launch(cfg, simulated_actors(device_time))
     try:
         pools.install(Weights(0, None, None))
         questions = load_questions(cfg.data.dir, "train")
@@ -91,7 +91,7 @@ def rollout_rate(cfg: Config, device_time: dict[str, DeviceTime], batches: int) 
 def steps_per_second(cfg: Config, run_dir: str, device_time: dict[str, DeviceTime]) -> dict[str, float]:
     """Train `cfg` distributed; optimiser steps/s over the step loop (after the first step) from the ledger."""
     summary = train_distributed(with_sections(cfg, train={"run_dir": run_dir}), progress=False,
-                                device_time=device_time)
+                                classes=simulated_actors(device_time))
     steps = [r for r in read_metrics(run_dir) if "ledger" in r][1:]
     seconds = sum(r["step_seconds"] for r in steps)
     learn = sum(r["stage_seconds"]["learn"] for r in steps) / len(steps)

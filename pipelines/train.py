@@ -19,6 +19,7 @@ import sys
 
 import ray
 
+from actors.actor_classes import ActorClasses
 from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from cluster.connect import connect
@@ -29,20 +30,17 @@ from mmrag.training.loop import train
 from pipelines.options import add_config_options, config_from_args, run_main
 
 
-def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:
-    """The loop on Ray: stage actor pools and a DeepSpeed learner group, placed after the plan is checked.
-
-    `device_time` (benchmarks only): simulated device seconds per stage (see `ActorPools.launch`) and,
-    under "learn", per learner update.
-    """
-    device_time = device_time or {}
+def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
+                      classes: ActorClasses = ActorClasses()) -> dict:
+    """The loop on Ray: stage actor pools and a DeepSpeed learner group (their actors made from `classes`),
+    placed after the plan is checked."""
     with contextlib.ExitStack() as cleanup:
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         check_fits(resource_plan(cfg), ray.cluster_resources())
-        pools = ActorPools.launch(cfg, {stage: cost for stage, cost in device_time.items() if stage != "learn"})
+        pools = ActorPools.launch(cfg, classes)
         cleanup.callback(pools.shutdown)
-        learner = LearnerGroup(cfg, device_time=device_time.get("learn"))
+        learner = LearnerGroup(cfg, rank_class=classes.learn)
         cleanup.callback(learner.shutdown)
         summary = train(cfg, pools, learner, resume=resume, progress=progress)
         summary["generator_throughput"] = pools.generator_throughput()
