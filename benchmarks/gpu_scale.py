@@ -1,6 +1,6 @@
 """The GPU preset's LVLMs at their real sizes on the Ray-free core: translator sampling, one DPO step, generation.
 
-Issue 12 item 7. Nothing is downloaded. Each model is a Qwen2-VL built from its public
+It measures what the tiny CPU models cannot: memory and speed at the real sizes. Nothing is downloaded. Each model is a Qwen2-VL built from its public
 configuration (`SIZES`, the numbers of the checkpoints' config.json) with random weights,
 initialised in bf16 directly on the target device. Its processor is the tiny zoo's
 tokenizer and chat template (`zoo:tiny-lvlm`) with an image processor of the size's
