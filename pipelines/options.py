@@ -35,7 +35,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
-        sys.exit(f"config error: {exc}")
+        print(f"config error: {exc}", file=sys.stderr)
+        sys.exit(2)
     apply_environment(cfg)
     return cfg
 

@@ -25,6 +25,7 @@ from actors.stages import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
+from mmrag.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
 from pipelines.options import add_config_options, config_from_args, run_main
@@ -66,11 +67,17 @@ def run(args: argparse.Namespace) -> int:
     cfg.train.steps = args.steps if args.steps is not None else cfg.train.steps
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir
     progress = not args.no_progress
+    try:
+        check_training_inputs(cfg)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"train: {exc}", file=sys.stderr)
+        return 2
     if cfg.train.mode == "distributed":
         try:
             summary = train_distributed(cfg, resume=args.resume, progress=progress)
         except PlanDoesNotFit as exc:
-            sys.exit(f"does not fit: {exc}")
+            print(f"train: does not fit: {exc}", file=sys.stderr)
+            return 2
     else:
         summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device)
     print(f"run directory: {summary['run_dir']}")

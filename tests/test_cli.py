@@ -46,11 +46,12 @@ def test_module_entry_point_help():
     assert out.startswith("usage: python -m pipelines.synth") and "--entities" in out
 
 
-def test_bad_override_is_one_line_error():
+def test_bad_override_is_one_line_error(capsys):
     args = build_parser("synth").parse_args(["synth", "--set", "data.nope=1"])
     with pytest.raises(SystemExit) as exit_info:
         args.run(args)
-    assert "data.nope: unknown key" in str(exit_info.value)
+    assert exit_info.value.code == 2
+    assert "data.nope: unknown key" in capsys.readouterr().err
 
 
 def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
