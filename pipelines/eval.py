@@ -23,7 +23,7 @@ from cluster.connect import connect
 from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
 from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
 from mmrag.evaluation.settings import SETTINGS
-from mmrag.inputs import check_index, check_questions
+from mmrag.training.inputs import check_index, check_questions
 from mmrag.metrics.official import read_references
 from pipelines.options import add_config_options, config_from_args, run_main
 

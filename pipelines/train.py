@@ -25,7 +25,7 @@ from actors.stages import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
-from mmrag.inputs import check_training_inputs
+from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
 from pipelines.options import add_config_options, config_from_args, run_main
