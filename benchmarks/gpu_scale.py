@@ -39,8 +39,8 @@ a trained model's rarely are. That is why sampling tokens/s counts only the time
 Run on a GPU: `python -m benchmarks.gpu_scale` (written without a GPU at hand: expected a few
 minutes on one H200, most of it spent building, saving and loading the 7B model). On CPU,
 only the `tiny` size:
-`python -m benchmarks.gpu_scale --device cpu --translator-size tiny --generator-size tiny --no-append`.
-Prints a Markdown table, appends it to benchmarks/RESULTS.md and writes
+`python -m benchmarks.gpu_scale --device cpu --translator-size tiny --generator-size tiny --print-only`.
+Prints a Markdown table, writes it as its section of benchmarks/RESULTS.md and writes
 benchmarks/results/gpu_scale.json.
 """
 
@@ -487,7 +487,7 @@ def main() -> None:
                              "train.questions_per_step, 16; the generator generator.batch_size, 32)")
     parser.add_argument("--zoo-cache", help="zoo.cache_dir holding (or receiving) zoo:tiny-lvlm, whose tokenizer "
                                             "the models use (default: the preset's, ~/.cache/mmrag/zoo)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -516,7 +516,7 @@ def main() -> None:
             results["parts"].update(run_generator(SIZES[generator_size], cfg, generator_batch, args.device, bar))
     for record in results["parts"].values():
         record.update(device=results["device"], torch_version=results["torch_version"], date=results["date"])
-    publish_figures(report(results, cfg), results, RESULTS_JSON, append=not args.no_append)
+    publish_figures(report(results, cfg), results, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

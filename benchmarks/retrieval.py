@@ -1,7 +1,7 @@
 """Retrieval benchmark: sharded Ray actors vs one in-process index (queries/s), and IVF/HNSW recall@10.
 
 Not a test: run `python -m benchmarks.retrieval` from the repository root; it prints a
-Markdown table and appends it, with the machine and date, to benchmarks/RESULTS.md.
+Markdown table and writes it, with the machine and date, as its section of benchmarks/RESULTS.md.
 
 * Throughput: random unit vectors (what FAISS costs does not depend on their content),
   dimension 64 and 768; queries sent in batches as a rollout step would send them. Compared:
@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="queries per search call")
     parser.add_argument("--recall-docs", type=int, default=50_000, help="vectors for recall@10 at dim 64 (dim 768: 2/5)")
     parser.add_argument("--recall-queries", type=int, default=500, help="queries for recall@10")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
 
     ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
@@ -151,7 +151,7 @@ def main() -> None:
          f"clustered: 2,000 centres, queries are perturbed documents:"),
         markdown_table(["vectors", "index", "parameters", "build s", f"recall@{k}"], recall),
     ])
-    publish(report, append=not args.no_append)
+    publish(report, "retrieval", write=not args.print_only)
 
 
 if __name__ == "__main__":

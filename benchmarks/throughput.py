@@ -18,7 +18,7 @@ with the config's dataset and index built. Four measurements:
 4. Wall time of the `--steps` run of the config, distributed against local-reference, no simulation.
 
 Simulated device time (`benchmarks.simulated_device`) is slept inside the stage actors (or the
-learner ranks) on top of their real work; every table says where it was used. Prints the tables, appends them to
+learner ranks) on top of their real work; every table says where it was used. Prints the tables, writes them as its section of
 benchmarks/RESULTS.md and writes benchmarks/results/throughput.json.
 """
 
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--learn-steps", type=int, default=8, help="steps per async/sync run (default 8)")
     parser.add_argument("--steps", type=int, default=200, help="steps of the wall-time comparison (default 200)")
     parser.add_argument("--skip-wall-time", action="store_true", help="leave out measurement 4 (the longest)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
     rollout_cfg = with_sections(cfg, train={"questions_per_step": 8, "micro_batch_size": 1})
@@ -193,7 +193,7 @@ def main() -> None:
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
                           f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
                           *sections])
-    publish_figures(report, results, RESULTS_JSON, append=not args.no_append)
+    publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":
