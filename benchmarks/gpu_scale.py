@@ -472,7 +472,8 @@ def machine(device: str) -> str:
     return f"{accelerator}, {platform.machine()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The options, or an exit naming the one that cannot be run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Settings come from configs/gpu_qwen2vl.yaml; see the module docstring.")
     parser.add_argument("--translator-size", choices=[*SIZES, "none"],
@@ -496,8 +497,12 @@ def main() -> None:
                          "--device cpu --translator-size tiny --generator-size tiny")
     if args.batch is not None and args.batch < 1:
         raise SystemExit(f"gpu_scale: --batch {args.batch}: expected at least 1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = load_config(PRESET, [f"zoo.cache_dir={args.zoo_cache}"] if args.zoo_cache else [])
+    return args
+
+
+def measure(args: argparse.Namespace, cfg: Config) -> dict:
+    """The figures of every part the sizes ask for, with the machine and versions they were measured with."""
+    device = torch.device(args.device)
     translator_size = args.translator_size or size_of_checkpoint(cfg.translator.model)
     generator_size = args.generator_size or size_of_checkpoint(cfg.generator.model)
     if device.type == "cpu" and {translator_size, generator_size} - {"tiny", "none"}:
@@ -516,6 +521,14 @@ def main() -> None:
             results["parts"].update(run_generator(SIZES[generator_size], cfg, generator_batch, args.device, bar))
     for record in results["parts"].values():
         record.update(device=results["device"], torch_version=results["torch_version"], date=results["date"])
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = load_config(PRESET, [f"zoo.cache_dir={args.zoo_cache}"] if args.zoo_cache else [])
+    results = measure(args, cfg)
     publish_figures(report(results, cfg), results, RESULTS_JSON, write=not args.print_only)
 
 
