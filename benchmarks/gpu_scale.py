@@ -65,7 +65,7 @@ import transformers
 from tqdm import tqdm
 from transformers import AutoModelForImageTextToText
 
-from benchmarks.results import markdown_table, publish_figures
+from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import Question
 from mmrag.data.synth import make_world
@@ -467,9 +467,10 @@ def report(results: dict, cfg: Config) -> str:
             f"model / save it / load it through the project's loader: {preparation}.")
 
 
-def machine(device: str) -> str:
+def machine_with_accelerator(device: str) -> str:
+    """`results.machine()` led by the GPU used (or "no GPU used"), with the Python version."""
     accelerator = torch.cuda.get_device_name(0) if torch.device(device).type == "cuda" else "no GPU used"
-    return f"{accelerator}, {platform.machine()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
+    return f"{accelerator}, {machine()}, Python {platform.python_version()}"
 
 
 def parse_args() -> argparse.Namespace:
@@ -510,7 +511,7 @@ def measure(args: argparse.Namespace, cfg: Config) -> dict:
                          "pass --translator-size tiny --generator-size tiny (or none) with --device cpu")
     translator_batch = args.batch or max(1, cfg.train.questions_per_step // cfg.learner.num_workers)
     generator_batch = args.batch or cfg.generator.batch_size
-    results = {"machine": machine(args.device), "date": datetime.date.today().isoformat(), "device": str(device),
+    results = {"machine": machine_with_accelerator(args.device), "date": datetime.date.today().isoformat(), "device": str(device),
                "torch_version": torch.__version__, "transformers_version": transformers.__version__,
                "parts": {}}
     steps = 3 * (translator_size != "none") + 2 * (generator_size != "none")
