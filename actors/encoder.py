@@ -3,7 +3,8 @@
 Sits between the translator and the retrieval shards in the rollout stream: each call encodes
 a micro-batch's translated queries, and the shards search the returned vectors (passed to
 them as an object ref, without a trip through the driver). All logic is in `mmrag.models.clip_encoder.ClipEncoder`.
-The caller places it, e.g. `EncoderActor.options(num_gpus=cfg.encoder.num_gpus).remote(cfg.encoder, cache_dir)`.
+Placed by `actors.stages.ActorPools` as `ray.remote(EncoderActor).options(num_gpus=...)`: a plain
+class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from PIL import Image
 
 from mmrag.config import EncoderConfig
 from mmrag.models.clip_encoder import ClipEncoder, Fusion
-from mmrag.training.device_time import DeviceTime
 
 
-@ray.remote
 class EncoderActor:
-    def __init__(self, cfg: EncoderConfig, cache_dir: str, device_time: DeviceTime | None = None):
+    def __init__(self, cfg: EncoderConfig, cache_dir: str):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.encoder = ClipEncoder(cfg.model_name, cfg.pretrained, cache_dir, device, cfg.batch_size)
-        self.device_time = device_time
 
     def dim(self) -> int:
         return self.encoder.dim
@@ -34,8 +32,6 @@ class EncoderActor:
     def encode_texts(self, texts: list[str]) -> np.ndarray:
         """[n, dim] float32 unit vectors."""
         vectors = self.encoder.encode_texts(texts)
-        if self.device_time:
-            self.device_time.spend(len(texts))
         return vectors
 
     def encode_images(self, images: list[Image.Image]) -> np.ndarray:

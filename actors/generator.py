@@ -4,7 +4,8 @@ Sits after the reranker in the rollout stream: it answers each leaf of a micro-b
 question in the table, the selected evidence) and the answers go on to the reward pool. A
 pool of `generator.num_replicas` of them shares the leaves; each counts its own busy time,
 so benchmarks can compare the end-to-end rate with the pool's own batched rate.
-Placed by `actors.stages.ActorPools`, e.g. `GeneratorActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stages.ActorPools` as `ray.remote(GeneratorActor).options(num_gpus=...)`: a plain
+class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 
 from __future__ import annotations
@@ -15,16 +16,13 @@ import ray
 
 from mmrag.config import GeneratorConfig
 from mmrag.models.generator import build_generator
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.stages import QuestionTable
 
 
-@ray.remote
 class GeneratorActor:
-    def __init__(self, cfg: GeneratorConfig, cache_dir: str, device_time: DeviceTime | None = None):
+    def __init__(self, cfg: GeneratorConfig, cache_dir: str):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.generator = build_generator(cfg, cache_dir, device)
-        self.device_time = device_time
         self.leaves = 0
         self.seconds = 0.0
 
@@ -32,8 +30,6 @@ class GeneratorActor:
         """One answer per leaf: the generator reads only the leaf's evidence."""
         start = time.perf_counter()
         answers = self.generator.answer(table.images_of(rows), table.questions_of(rows), evidence)
-        if self.device_time:
-            self.device_time.spend(len(rows))
         self.seconds += time.perf_counter() - start
         self.leaves += len(answers)
         return answers

@@ -26,7 +26,6 @@ from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 
 DEAD_PEER_GRACE_S = 10.0
@@ -42,13 +41,12 @@ class LearnerRankError(LearnerFailed):
         self.rank = rank
 
 
-@ray.remote
 class LearnerRank:
-    """The process of one rank: hosts a `DeepSpeedRank` once `start` has built it."""
+    """The process of one rank: hosts a `DeepSpeedRank` once `start` has built it (a plain class, made an
+    actor where `LearnerGroup` places it, so that a benchmark can place a subclass)."""
 
-    def __init__(self, device_time: DeviceTime | None = None):
+    def __init__(self):
         self.worker = None
-        self.device_time = device_time
 
     def pid(self) -> int:
         return os.getpid()
@@ -75,8 +73,6 @@ class LearnerRank:
     def update(self, roots: list[Node]) -> tuple:
         """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
         record, weights = self.worker.update(roots)
-        if self.device_time:
-            self.device_time.spend(len(roots))
         return record, *(weights or (None, None))
 
     def save(self, directory: str) -> None:
@@ -170,12 +166,12 @@ class GroupUpdate:
 class LearnerGroup:
     """`learner.num_workers` DeepSpeed ranks (`learner.zero_stage`), driven as one `Learner`."""
 
-    def __init__(self, cfg: Config, resume_from: str | Path | None = None, device_time: DeviceTime | None = None):
-        """`device_time` (benchmarks only): simulated device seconds each rank adds to every update."""
+    def __init__(self, cfg: Config, resume_from: str | Path | None = None, rank_class: type = LearnerRank):
+        """`rank_class`: what each rank's actor is made from (`LearnerRank` or a subclass)."""
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
         self.cfg = cfg
-        self.device_time = device_time
+        self.rank_actor = ray.remote(rank_class)
         self.ranks: list = []
         check_placeable(cfg)
         self._start(resume_from)
@@ -186,7 +182,7 @@ class LearnerGroup:
         options = {"num_cpus": learner.num_cpus_per_worker, "num_gpus": 1 if learner.use_gpu else 0,
                    # Named outright, DeepSpeed does not warn that it found no GPU on a CPU learner.
                    "runtime_env": {"env_vars": {"DS_ACCELERATOR": "cuda" if learner.use_gpu else "cpu"}}}
-        self.ranks = [LearnerRank.options(**options).remote(self.device_time) for _ in range(world)]
+        self.ranks = [self.rank_actor.options(**options).remote() for _ in range(world)]
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
                            learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)")

@@ -5,7 +5,8 @@ a micro-batch (its question in the table, the query, its retrieved hits) it retu
 sampled selections and their log-probs (training), or the greedy selection (evaluation).
 Every call names the weights version to sample with (`PolicyWeights`); the replica installs
 it first if it holds another, and reports the version that drew.
-Placed by `actors.stages.ActorPools`, e.g. `RerankerActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stages.ActorPools` as `ray.remote(RerankerActor).options(num_gpus=...)`: a plain
+class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 
 from __future__ import annotations
@@ -17,27 +18,22 @@ from mmrag.config import RerankerConfig
 from mmrag.models.reranker import AdaptiveReranker
 from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import Selection
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.pipeline import greedy_selections, sample_selections
 from mmrag.training.stages import QuestionTable, SampledSelections
 
 
-@ray.remote
 class RerankerActor:
-    def __init__(self, cfg: RerankerConfig, cache_dir: str, device_time: DeviceTime | None = None):
+    def __init__(self, cfg: RerankerConfig, cache_dir: str):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.policy = AdaptiveReranker.from_config(cfg, cache_dir, device).eval()
         self.temperature = cfg.temperature
         self.installed = InstalledVersion()
-        self.device_time = device_time
 
     def sample(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]], m: int,
                seed: int, weights: PolicyWeights) -> SampledSelections:
         """m Plackett-Luce selections per query row, drawn with `weights` from a generator seeded with `seed`."""
         version = self.installed.ensure(weights, self.policy.load_trainable_state_dict)
         selections, logprobs = sample_selections(self.policy, table, rows, queries, hits, m, seed, self.temperature)
-        if self.device_time:
-            self.device_time.spend(len(rows) * m)
         return SampledSelections(selections, logprobs, version)
 
     def greedy(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]],

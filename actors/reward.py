@@ -3,7 +3,8 @@
 Last stage of the rollout stream: it scores each leaf's answer against its question's
 reference answers (from the micro-batch's question table); the driver backpropagates the
 scores up the rollout trees.
-Placed by `actors.stages.ActorPools`, e.g. `RewardActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stages.ActorPools` as `ray.remote(RewardActor).options(num_gpus=...)`: a plain
+class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 
 from __future__ import annotations
@@ -12,20 +13,15 @@ import ray
 
 from mmrag.config import RewardConfig
 from mmrag.models.reward import build_reward
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.stages import QuestionTable
 
 
-@ray.remote
 class RewardActor:
-    def __init__(self, cfg: RewardConfig, cache_dir: str, device_time: DeviceTime | None = None):
+    def __init__(self, cfg: RewardConfig, cache_dir: str):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.scorer = build_reward(cfg, cache_dir, device=device)
-        self.device_time = device_time
 
     def score(self, table: QuestionTable, rows: list[int], answers: list[str]) -> list[float]:
         """One reward in [0, 1] per leaf."""
         rewards = self.scorer.score(table.questions_of(rows), answers, table.references_of(rows))
-        if self.device_time:
-            self.device_time.spend(len(rows))
         return rewards

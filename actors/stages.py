@@ -19,18 +19,13 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from actors.encoder import EncoderActor
-from actors.generator import GeneratorActor
+from actors.actor_classes import ActorClasses
 from actors.policy import PolicyWeights
 from actors.pool import Call, ReplicaPool
-from actors.reranker import RerankerActor
 from actors.retrieval import RetrievalRouter
-from actors.reward import RewardActor
-from actors.translator import TranslatorActor
 from mmrag.config import Config
 from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.merge import merge_topk
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import Weights
 from mmrag.training.stages import QuestionTable
 from mmrag.training.streaming import StageFailed
@@ -114,33 +109,23 @@ class ActorPools:
         self.policy: dict[str, PolicyWeights] = {}
 
     @classmethod
-    def launch(cls, cfg: Config, device_time: dict[str, DeviceTime]) -> ActorPools:
-        """Place every stage's actors (restartable, CPUs from `learner.actor_num_cpus`, GPUs per section).
-
-        `device_time` (benchmarks only) adds simulated device seconds to the calls of the stages it
-        names ("translate", "retrieve", "rerank", "answer", "score").
-        """
-        unknown = set(device_time) - {"translate", "retrieve", "rerank", "answer", "score"}
-        if unknown:
-            raise ValueError(f"device_time: unknown stage {sorted(unknown)[0]!r}")
+    def launch(cls, cfg: Config, classes: ActorClasses = ActorClasses()) -> ActorPools:
+        """Place every stage's actors (restartable, CPUs from `learner.actor_num_cpus`, GPUs per section),
+        each made from its class in `classes`."""
         cache, learner = cfg.zoo.cache_dir, cfg.learner
 
-        def place(actor_class, count: int, num_gpus: float, *args, stage: str) -> list:
-            options = actor_class.options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
-                                          max_restarts=learner.max_restarts, max_task_retries=0)
-            return [options.remote(*args, device_time=device_time.get(stage)) for _ in range(count)]
+        def place(actor_class: type, count: int, num_gpus: float, *args) -> list:
+            options = ray.remote(actor_class).options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
+                                                      max_restarts=learner.max_restarts, max_task_retries=0)
+            return [options.remote(*args) for _ in range(count)]
 
         groups = {
-            "translate": place(TranslatorActor, cfg.translator.num_replicas, cfg.translator.num_gpus, cfg.translator,
-                               cache, stage="translate"),
-            "retrieve": place(EncoderActor, cfg.encoder.num_replicas, cfg.encoder.num_gpus, cfg.encoder, cache,
-                              stage="retrieve"),
-            "rerank": place(RerankerActor, cfg.reranker.num_replicas, cfg.reranker.num_gpus, cfg.reranker, cache,
-                            stage="rerank"),
-            "answer": place(GeneratorActor, cfg.generator.num_replicas, cfg.generator.num_gpus, cfg.generator, cache,
-                            stage="answer"),
-            "score": place(RewardActor, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache,
-                           stage="score"),
+            "translate": place(classes.translate, cfg.translator.num_replicas, cfg.translator.num_gpus,
+                               cfg.translator, cache),
+            "retrieve": place(classes.retrieve, cfg.encoder.num_replicas, cfg.encoder.num_gpus, cfg.encoder, cache),
+            "rerank": place(classes.rerank, cfg.reranker.num_replicas, cfg.reranker.num_gpus, cfg.reranker, cache),
+            "answer": place(classes.answer, cfg.generator.num_replicas, cfg.generator.num_gpus, cfg.generator, cache),
+            "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache),
         }
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=learner.max_restarts)
         for stage, actors in groups.items():

@@ -4,7 +4,8 @@ First stage of the rollout stream: it gets a micro-batch's question table (an ob
 and returns n sampled queries per question with their log-probs (training), or the greedy
 query (evaluation). Every call names the weights version to sample with (`PolicyWeights`);
 the replica installs it first if it holds another, and reports the version that drew.
-Placed by `actors.stages.ActorPools`, e.g. `TranslatorActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stages.ActorPools` as `ray.remote(TranslatorActor).options(num_gpus=...)`: a plain
+class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 
 from __future__ import annotations
@@ -14,25 +15,20 @@ import ray
 from actors.policy import InstalledVersion, PolicyWeights
 from mmrag.config import TranslatorConfig
 from mmrag.models.translator import QueryTranslator
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.pipeline import sample_queries
 from mmrag.training.stages import QuestionTable, SampledQueries
 
 
-@ray.remote
 class TranslatorActor:
-    def __init__(self, cfg: TranslatorConfig, cache_dir: str, device_time: DeviceTime | None = None):
+    def __init__(self, cfg: TranslatorConfig, cache_dir: str):
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.translator = QueryTranslator.from_config(cfg, cache_dir, device)
         self.installed = InstalledVersion()
-        self.device_time = device_time
 
     def sample(self, table: QuestionTable, n: int, seed: int, weights: PolicyWeights) -> SampledQueries:
         """n queries per question, drawn with `weights` from a generator seeded with `seed`."""
         version = self.installed.ensure(weights, self.translator.load_trainable_state_dict)
         queries = sample_queries(self.translator, table, n, seed)
-        if self.device_time:
-            self.device_time.spend(len(table) * n)
         return SampledQueries(queries, version)
 
     def greedy(self, table: QuestionTable, weights: PolicyWeights) -> list[str]:

@@ -6,7 +6,7 @@ config: once undisturbed, once with a killer thread that every `--every` seconds
 process chosen at random among this run's stage actors (translator, encoder, retrieval
 shards, reranker, generators, reward) and learner ranks. Reports steps/s of both runs, the
 kills by kind, the calls re-dispatched, the learner restores and steps redone, and the
-rollout ledger of the chaos run; appends the table to benchmarks/RESULTS.md and writes
+rollout ledger of the chaos run; writes the table as its section of benchmarks/RESULTS.md and writes
 benchmarks/results/chaos.json.
 """
 
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40, help="optimiser steps per run (default 40)")
     parser.add_argument("--every", type=float, default=20.0, help="seconds between kills (default 20)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
     cfg = with_sections(cfg, train={"steps": args.steps, "eval_every": 10**9, "checkpoint_every": 5,
@@ -124,7 +124,7 @@ def main() -> None:
              str(ledger["steps_redone"])]]),
         "Ledger of the chaos run (questions): " + ", ".join(f"{k} {v}" for k, v in ledger.items()) + ".",
     ])
-    publish_figures(report, results, RESULTS_JSON, append=not args.no_append)
+    publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ Builds the random tiny zoo models and a 24-entity synthetic task in a temp dir, 
 CUDA: (1) translator sampled log-probs equal their differentiable recomputation (fp32)
 and bf16 drift; (2) reranker Plackett-Luce probabilities of every selection sum to 1;
 (3) DPO and PL losses backpropagate to finite gradients; (4) the single-process trainer runs
-`--steps` steps on CUDA and on CPU, reporting seconds per step. Prints a Markdown report.
+`--steps` steps on CUDA and on CPU, reporting seconds per step. Prints a Markdown report, writes it
+as its section of benchmarks/RESULTS.md and writes benchmarks/results/gpu_core.json.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.results import machine, publish_figures
 from mmrag.config import load_config
 from mmrag.data.dataset import load_questions
 from mmrag.data.synth import generate_dataset
@@ -30,6 +32,7 @@ from mmrag.rl.plackett_luce import enumerate_selections, selection_logprobs
 from mmrag.training.local import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_JSON = Path(__file__).with_name("results") / "gpu_core.json"
 
 
 def build_task(work: Path, steps: int):
@@ -83,39 +86,51 @@ def seconds_per_step(cfg, device: str, run_dir: Path) -> float:
     return sum(sum(r["stage_seconds"].values()) for r in later) / len(later)
 
 
+def measure(steps: int) -> dict:
+    """The checks and step times on CUDA and CPU, with the machine and wall time."""
+    start = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cfg, _ = build_task(work, steps)
+        questions = load_questions(cfg.data.dir, "train")[:8]
+        drift = translator_checks(cfg, questions)
+        return {"date": time.strftime("%Y-%m-%d"),
+                "machine": f"{torch.cuda.get_device_name(0)}, {machine()}, torch {torch.__version__}, "
+                           f"Python {platform.python_version()}",
+                "steps": steps, "logprob_drift_float32": drift["float32"], "logprob_drift_bfloat16": drift["bfloat16"],
+                "selection_probability_total": reranker_check(cfg), "loss_gradients_finite": loss_check(),
+                "seconds_per_step_cuda": seconds_per_step(cfg, "cuda", work / "run-cuda"),
+                "seconds_per_step_cpu": seconds_per_step(cfg, "cpu", work / "run-cpu"),
+                "wall_seconds": time.time() - start}
+
+
+def report(figures: dict) -> str:
+    """The Markdown section for RESULTS.md."""
+    steps = figures["steps"]
+    return (
+        f"## Ray-free core on CUDA ({figures['date']})\n\n"
+        f"Machine: {figures['machine']}. Random tiny zoo models, 24-entity synthetic task; "
+        f"wall {figures['wall_seconds']:.0f} s.\n\n"
+        "| check | result |\n|---|---|\n"
+        f"| translator: max abs(sampled - recomputed log-prob), fp32 | {figures['logprob_drift_float32']:.2e} |\n"
+        f"| translator: same, bf16 | {figures['logprob_drift_bfloat16']:.2e} |\n"
+        f"| reranker: sum of P(selection) over all 16 selections, K=3 | {figures['selection_probability_total']:.6f} |\n"
+        f"| DPO + PL loss gradients finite | {figures['loss_gradients_finite']} |\n"
+        f"| single-process trainer s/step, CUDA (steps 2..{steps}) | {figures['seconds_per_step_cuda']:.3f} |\n"
+        f"| single-process trainer s/step, CPU (steps 2..{steps}) | {figures['seconds_per_step_cpu']:.3f} |\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="single-process trainer steps per device (default: 6)")
-    parser.add_argument("--out", type=Path, help="also write the report to this file")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("gpu_core: no CUDA device visible")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        start = time.time()
-        cfg, _ = build_task(work, args.steps)
-        questions = load_questions(cfg.data.dir, "train")[:8]
-        drift = translator_checks(cfg, questions)
-        pl_total = reranker_check(cfg)
-        grads_ok = loss_check()
-        cuda_step = seconds_per_step(cfg, "cuda", work / "run-cuda")
-        cpu_step = seconds_per_step(cfg, "cpu", work / "run-cpu")
-        report = (
-            f"## Ray-free core on CUDA ({time.strftime('%Y-%m-%d')})\n\n"
-            f"Machine: {torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-            f"{platform.python_version()}. Random tiny zoo models, 24-entity synthetic task; wall {time.time() - start:.0f} s.\n\n"
-            "| check | result |\n|---|---|\n"
-            f"| translator: max abs(sampled - recomputed log-prob), fp32 | {drift['float32']:.2e} |\n"
-            f"| translator: same, bf16 | {drift['bfloat16']:.2e} |\n"
-            f"| reranker: sum of P(selection) over all 16 selections, K=3 | {pl_total:.6f} |\n"
-            f"| DPO + PL loss gradients finite | {grads_ok} |\n"
-            f"| single-process trainer s/step, CUDA (steps 2..{args.steps}) | {cuda_step:.3f} |\n"
-            f"| single-process trainer s/step, CPU (steps 2..{args.steps}) | {cpu_step:.3f} |\n"
-        )
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    figures = measure(args.steps)
+    publish_figures(report(figures), figures, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

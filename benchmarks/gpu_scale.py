@@ -1,6 +1,6 @@
 """The GPU preset's LVLMs at their real sizes on the Ray-free core: translator sampling, one DPO step, generation.
 
-Issue 12 item 7. Nothing is downloaded. Each model is a Qwen2-VL built from its public
+It measures what the tiny CPU models cannot: memory and speed at the real sizes. Nothing is downloaded. Each model is a Qwen2-VL built from its public
 configuration (`SIZES`, the numbers of the checkpoints' config.json) with random weights,
 initialised in bf16 directly on the target device. Its processor is the tiny zoo's
 tokenizer and chat template (`zoo:tiny-lvlm`) with an image processor of the size's
@@ -39,8 +39,8 @@ a trained model's rarely are. That is why sampling tokens/s counts only the time
 Run on a GPU: `python -m benchmarks.gpu_scale` (written without a GPU at hand: expected a few
 minutes on one H200, most of it spent building, saving and loading the 7B model). On CPU,
 only the `tiny` size:
-`python -m benchmarks.gpu_scale --device cpu --translator-size tiny --generator-size tiny --no-append`.
-Prints a Markdown table, appends it to benchmarks/RESULTS.md and writes
+`python -m benchmarks.gpu_scale --device cpu --translator-size tiny --generator-size tiny --print-only`.
+Prints a Markdown table, writes it as its section of benchmarks/RESULTS.md and writes
 benchmarks/results/gpu_scale.json.
 """
 
@@ -65,7 +65,7 @@ import transformers
 from tqdm import tqdm
 from transformers import AutoModelForImageTextToText
 
-from benchmarks.results import markdown_table, publish_figures
+from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import Question
 from mmrag.data.synth import make_world
@@ -467,12 +467,14 @@ def report(results: dict, cfg: Config) -> str:
             f"model / save it / load it through the project's loader: {preparation}.")
 
 
-def machine(device: str) -> str:
+def machine_with_accelerator(device: str) -> str:
+    """`results.machine()` led by the GPU used (or "no GPU used"), with the Python version."""
     accelerator = torch.cuda.get_device_name(0) if torch.device(device).type == "cuda" else "no GPU used"
-    return f"{accelerator}, {platform.machine()}, {os.cpu_count()} logical cores, Python {platform.python_version()}"
+    return f"{accelerator}, {machine()}, Python {platform.python_version()}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The options, or an exit naming the one that cannot be run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      epilog="Settings come from configs/gpu_qwen2vl.yaml; see the module docstring.")
     parser.add_argument("--translator-size", choices=[*SIZES, "none"],
@@ -487,7 +489,7 @@ def main() -> None:
                              "train.questions_per_step, 16; the generator generator.batch_size, 32)")
     parser.add_argument("--zoo-cache", help="zoo.cache_dir holding (or receiving) zoo:tiny-lvlm, whose tokenizer "
                                             "the models use (default: the preset's, ~/.cache/mmrag/zoo)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -496,8 +498,12 @@ def main() -> None:
                          "--device cpu --translator-size tiny --generator-size tiny")
     if args.batch is not None and args.batch < 1:
         raise SystemExit(f"gpu_scale: --batch {args.batch}: expected at least 1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = load_config(PRESET, [f"zoo.cache_dir={args.zoo_cache}"] if args.zoo_cache else [])
+    return args
+
+
+def measure(args: argparse.Namespace, cfg: Config) -> dict:
+    """The figures of every part the sizes ask for, with the machine and versions they were measured with."""
+    device = torch.device(args.device)
     translator_size = args.translator_size or size_of_checkpoint(cfg.translator.model)
     generator_size = args.generator_size or size_of_checkpoint(cfg.generator.model)
     if device.type == "cpu" and {translator_size, generator_size} - {"tiny", "none"}:
@@ -505,7 +511,7 @@ def main() -> None:
                          "pass --translator-size tiny --generator-size tiny (or none) with --device cpu")
     translator_batch = args.batch or max(1, cfg.train.questions_per_step // cfg.learner.num_workers)
     generator_batch = args.batch or cfg.generator.batch_size
-    results = {"machine": machine(args.device), "date": datetime.date.today().isoformat(), "device": str(device),
+    results = {"machine": machine_with_accelerator(args.device), "date": datetime.date.today().isoformat(), "device": str(device),
                "torch_version": torch.__version__, "transformers_version": transformers.__version__,
                "parts": {}}
     steps = 3 * (translator_size != "none") + 2 * (generator_size != "none")
@@ -516,7 +522,15 @@ def main() -> None:
             results["parts"].update(run_generator(SIZES[generator_size], cfg, generator_batch, args.device, bar))
     for record in results["parts"].values():
         record.update(device=results["device"], torch_version=results["torch_version"], date=results["date"])
-    publish_figures(report(results, cfg), results, RESULTS_JSON, append=not args.no_append)
+    return results
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = load_config(PRESET, [f"zoo.cache_dir={args.zoo_cache}"] if args.zoo_cache else [])
+    results = measure(args, cfg)
+    publish_figures(report(results, cfg), results, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

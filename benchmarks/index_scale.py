@@ -1,7 +1,7 @@
 """Index scale benchmark: building a KB of 100K and 1M documents, and searching it with each FAISS type.
 
 Not a test: run `nice -n 10 python -m benchmarks.index_scale` from the repository root (about
-35 minutes on 2 busy cores). It prints Markdown tables, appends them with the machine, date
+35 minutes on 2 busy cores). It prints Markdown tables, writes them with the machine, date
 and load to benchmarks/RESULTS.md, and writes benchmarks/results/index_scale.json (one
 record per row: docs, workers, docs_per_s, peak_rss_mb_driver, peak_rss_mb_worker,
 index_type, recall_at_10, queries_per_s, and a few more).
@@ -51,6 +51,7 @@ RESULTS_JSON = Path(__file__).with_name("results") / "index_scale.json"
 ENCODER = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip", batch_size=256)
 ENTITIES = 120
 K = 10
+INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
 
 
 def build_in_fresh_process(kb_path: Path, index_dir: Path, cfg: IndexConfig, cache_dir: str, workers: int,
@@ -110,7 +111,7 @@ def record(measured: str, docs: int, build: dict, index_type: str, recall: float
             "peak_rss_mb_worker": round(build["peak_rss_mb_worker"], 1) if build["rows_embedded"] else None,
             "peak_rss_mb_writer_without_index": round(build["peak_rss_mb_writer"], 1) or None,
             "index_type": index_type, "build_params": build["build_params"],
-            "index_seconds": round(build["index_seconds"], 1),
+            "embed_seconds": round(build["embed_seconds"], 1), "index_seconds": round(build["index_seconds"], 1),
             "recall_at_10": None if recall is None else round(recall, 4),
             "queries_per_s": None if qps is None else round(qps, 1)}
 
@@ -119,7 +120,7 @@ def cell(value, spec: str = "") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=100_000, help="documents in the smaller KB (default 100000)")
     parser.add_argument("--large", type=int, default=1_000_000, help="documents in the larger KB (default 1000000)")
@@ -129,71 +130,84 @@ def main() -> None:
     parser.add_argument("--ivf-nprobe", type=int, default=32, help="IVF and IVF-PQ clusters probed per query")
     parser.add_argument("--hnsw-ef-search", type=int, default=128, help="HNSW search beam width")
     parser.add_argument("--work-dir", help="where the KBs and indexes go (default: a temporary directory)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
-    args = parser.parse_args()
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    return parser.parse_args()
 
-    started, load_start = time.perf_counter(), os.getloadavg()[0]
-    cache_dir = str(Path("~/.cache/mmrag/zoo").expanduser())
-    base = IndexConfig(num_shards=2, num_workers=2, ivf_nlist=args.ivf_nlist, ivf_nprobe=args.ivf_nprobe,
-                       pq_m=16, hnsw_ef_search=args.hnsw_ef_search, use_gpu=False)
-    records, build_rows, search_rows = [], [], []
-    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
-        work = Path(tmp)
-        # (workers, torch threads of the in-process path): its default, one per core, and one like a Ray worker.
-        for docs, runs in ((args.small, ((0, None), (0, 1), (1, None), (2, None))), (args.large, ((2, None),))):
-            kb_path = make_kb(work, docs)
-            for workers, threads in runs:
-                index_dir = work / f"index-{docs}-{workers}-{threads}"
-                build = build_in_fresh_process(kb_path, index_dir, base, cache_dir, workers, threads)
-                # Ray gives each worker as many torch threads as CPUs (index.worker_num_cpus = 1).
-                torch_threads = 1 if workers else threads or torch.get_num_threads()
-                records.append(record("build", docs, build, "flat") | {"torch_threads": torch_threads})
-                where = f"in-process (--local), {torch_threads} torch thread{'s' * (torch_threads > 1)}"
-                build_rows.append([f"{docs:,}", where if not workers else f"{workers} Ray Data workers",
-                                   f"{records[-1]['docs_per_s']:,.0f}", f"{build['embed_seconds']:.0f}",
-                                   f"{build['peak_rss_mb_driver']:.0f}", f"{build['peak_rss_mb_worker']:.0f}",
-                                   cell(records[-1]["peak_rss_mb_writer_without_index"], ".0f")])
-        large_build = build
-        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
-        encoder = ClipEncoder(ENCODER.model_name, ENCODER.pretrained, cache_dir, batch_size=ENCODER.batch_size)
-        queries = encoder.encode_texts(query_texts(args.queries, seed=1))
-        exact_ids = None
-        for index_type in ("flat", "ivf", "hnsw", "ivfpq"):
-            cfg = replace(base, index_type=index_type)
-            # index_dir holds the large KB's flat build, and its persisted embeddings, which the others reuse.
-            build = large_build if index_type == "flat" else build_in_fresh_process(kb_path, index_dir, cfg,
-                                                                                     cache_dir, workers=2)
-            ids = [[hit.index_id for hit in row] for row in LocalRetriever(index_dir, cfg).search(queries, K)]
-            exact_ids = exact_ids or ids
-            recall = np.mean([len(set(row) & set(exact)) / K for row, exact in zip(ids, exact_ids)])
-            router = RetrievalRouter.launch(index_dir, cfg)
-            qps = queries_per_second(router, queries, args.batch)
-            router.shutdown()
-            records.append(record("search", args.large, build, index_type, recall, qps))
-            params = ", ".join(f"{key}={value}" for key, value in build["build_params"].items()) or "-"
-            search_params = {"ivf": f"nprobe={cfg.ivf_nprobe}", "ivfpq": f"nprobe={cfg.ivf_nprobe}",
-                             "hnsw": f"efSearch={cfg.hnsw_ef_search}"}.get(index_type, "exact")
-            search_rows.append([index_type, params, search_params, f"{build['index_seconds']:.0f}",
-                                cell(records[-1]["peak_rss_mb_writer_without_index"], ".0f"),
-                                f"{recall:.3f}", f"{qps:,.0f}"])
-        ray.shutdown()
 
-    small, large = records[3], records[4]
+def measure_builds(args: argparse.Namespace, base: IndexConfig, cache_dir: str, work: Path
+                   ) -> tuple[list[dict], Path, Path, dict]:
+    """One record per build; and the large KB, its (last) index directory and build report."""
+    records = []
+    # (workers, torch threads of the in-process path): its default, one per core, and one like a Ray worker.
+    for docs, runs in ((args.small, ((0, None), (0, 1), (1, None), (2, None))), (args.large, ((2, None),))):
+        kb_path = make_kb(work, docs)
+        for workers, threads in runs:
+            index_dir = work / f"index-{docs}-{workers}-{threads}"
+            build = build_in_fresh_process(kb_path, index_dir, base, cache_dir, workers, threads)
+            # Ray gives each worker as many torch threads as CPUs (index.worker_num_cpus = 1).
+            torch_threads = 1 if workers else threads or torch.get_num_threads()
+            records.append(record("build", docs, build, "flat") | {"torch_threads": torch_threads})
+    return records, kb_path, index_dir, build
+
+
+def measure_searches(args: argparse.Namespace, base: IndexConfig, cache_dir: str, kb_path: Path, index_dir: Path,
+                     flat_build: dict) -> list[dict]:
+    """One record per index type over the large KB: recall@K against the flat index, and queries/s."""
+    records = []
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    encoder = ClipEncoder(ENCODER.model_name, ENCODER.pretrained, cache_dir, batch_size=ENCODER.batch_size)
+    queries = encoder.encode_texts(query_texts(args.queries, seed=1))
+    exact_ids = None
+    for index_type in INDEX_TYPES:
+        cfg = replace(base, index_type=index_type)
+        # index_dir holds the large KB's flat build, and its persisted embeddings, which the others reuse.
+        build = flat_build if index_type == "flat" else build_in_fresh_process(kb_path, index_dir, cfg,
+                                                                                cache_dir, workers=2)
+        ids = [[hit.index_id for hit in row] for row in LocalRetriever(index_dir, cfg).search(queries, K)]
+        exact_ids = exact_ids or ids
+        recall = np.mean([len(set(row) & set(exact)) / K for row, exact in zip(ids, exact_ids)])
+        router = RetrievalRouter.launch(index_dir, cfg)
+        qps = queries_per_second(router, queries, args.batch)
+        router.shutdown()
+        records.append(record("search", args.large, build, index_type, recall, qps))
+    ray.shutdown()
+    return records
+
+
+def report(records: list[dict], run: dict, args: argparse.Namespace, base: IndexConfig) -> str:
+    """The Markdown section for RESULTS.md, from the records and `run` (date, machine, loads, seconds)."""
+    builds = [r for r in records if r["measured"] == "build"]
+    searches = [r for r in records if r["measured"] == "search"]
+    build_rows = []
+    for r in builds:
+        threads = r["torch_threads"]
+        where = f"in-process (--local), {threads} torch thread{'s' * (threads > 1)}"
+        build_rows.append([f"{r['docs']:,}", where if not r["workers"] else f"{r['workers']} Ray Data workers",
+                           f"{r['docs_per_s']:,.0f}", f"{r['embed_seconds']:.0f}", f"{r['peak_rss_mb_driver']:.0f}",
+                           f"{r['peak_rss_mb_worker']:.0f}", cell(r["peak_rss_mb_writer_without_index"], ".0f")])
+    search_knobs = {"ivf": f"nprobe={args.ivf_nprobe}", "ivfpq": f"nprobe={args.ivf_nprobe}",
+                    "hnsw": f"efSearch={args.hnsw_ef_search}"}
+    search_rows = [[r["index_type"], ", ".join(f"{key}={value}" for key, value in r["build_params"].items()) or "-",
+                    search_knobs.get(r["index_type"], "exact"), f"{r['index_seconds']:.0f}",
+                    cell(r["peak_rss_mb_writer_without_index"], ".0f"), f"{r['recall_at_10']:.3f}",
+                    f"{r['queries_per_s']:,.0f}"] for r in searches]
+    small = next(r for r in builds if r["docs"] == args.small and r["workers"] == 2)
+    large = next(r for r in builds if r["docs"] == args.large)
     ratios = {key: large[key] / small[key] for key in ("peak_rss_mb_driver", "peak_rss_mb_worker")}
-    report = "\n\n".join([
-        f"## Index build and search at scale ({datetime.date.today().isoformat()})",
-        (f"Machine: {machine()}, shared with other jobs: load average {load_start:.1f} at the start, "
-         f"{os.getloadavg()[0]:.1f} at the end; run under `nice -n 10`. Encoder zoo:tiny-clip (64-d) on CPU, "
+    return "\n\n".join([
+        f"## Index build and search at scale ({run['date']})",
+        (f"Machine: {run['machine']}, shared with other jobs: load average {run['load_start']:.1f} at the start, "
+         f"{run['load_end']:.1f} at the end; run under `nice -n 10`. Encoder zoo:tiny-clip (64-d) on CPU, "
          f"batch {ENCODER.batch_size}; KB = {ENTITIES} synthetic entities + text distractors "
          f"(`mmrag synth --kb-docs`); parts of {base.part_rows} rows; 2 flat shards. "
-         f"Run time {time.perf_counter() - started:.0f}s."),
+         f"Run time {run['seconds']:.0f}s."),
         markdown_table(["docs", "embedding", "docs/s", "embed s", "driver peak RSS MiB", "worker peak RSS MiB",
                         "shard writer peak RSS MiB, index excluded"], build_rows),
         (f"Peak RSS, 2 workers, {args.large:,} vs {args.small:,} documents: driver x{ratios['peak_rss_mb_driver']:.2f}, "
          f"encoder worker x{ratios['peak_rss_mb_worker']:.2f}. Each build ran in a fresh process; peak RSS is "
          f"Linux's VmHWM (high-water mark of resident memory) of the driver, of each encoder worker (the highest "
-         f"is shown) and of each shard writer less the size of the FAISS index file it wrote. The driver keeps ~9 bytes per document "
-         f"for the KB-wide doc_id check."),
+         f"is shown) and of each shard writer less the size of the FAISS index file it wrote. The driver keeps "
+         f"~9 bytes per document for the KB-wide doc_id check."),
         (f"Search at {args.large:,} documents, 2 shards built from the same persisted embeddings (none re-embedded): "
          f"recall@{K} against the flat index (exact), {args.queries} queries (encoded descriptions of a look), "
          f"queries/s through `RetrievalRouter` + 2 `RetrievalShard` actors (0.5 CPU each), batches of "
@@ -201,7 +215,20 @@ def main() -> None:
         markdown_table(["index", "built with", "search", "build s", "shard writer peak RSS MiB, index excluded",
                         f"recall@{K}", "queries/s"], search_rows),
     ])
-    publish_figures(report, records, RESULTS_JSON, append=not args.no_append)
+
+
+def main() -> None:
+    args = parse_args()
+    started, load_start = time.perf_counter(), os.getloadavg()[0]
+    cache_dir = str(Path("~/.cache/mmrag/zoo").expanduser())
+    base = IndexConfig(num_shards=2, num_workers=2, ivf_nlist=args.ivf_nlist, ivf_nprobe=args.ivf_nprobe,
+                       pq_m=16, hnsw_ef_search=args.hnsw_ef_search, use_gpu=False)
+    with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
+        records, kb_path, index_dir, flat_build = measure_builds(args, base, cache_dir, Path(tmp))
+        records += measure_searches(args, base, cache_dir, kb_path, index_dir, flat_build)
+    run = {"date": datetime.date.today().isoformat(), "machine": machine(), "load_start": load_start,
+           "load_end": os.getloadavg()[0], "seconds": time.perf_counter() - started}
+    publish_figures(report(records, run, args, base), records, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

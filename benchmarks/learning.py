@@ -21,7 +21,7 @@ While training, each run evaluates greedily on the val split every --eval-every 
 default on all of it): those curves are what any choice (steps, learning rates) may be judged
 on; the test split is only reported. Prints the test table (mean ± std over seeds and the
 questions and entities it rests on) and the targets, draws the val curves to
-benchmarks/learning.png, appends both to benchmarks/RESULTS.md and writes
+benchmarks/learning.png, writes both as its section of benchmarks/RESULTS.md and writes
 benchmarks/results/learning.json (one record per run and seed). Each (run, seed) is one job
 of two processes (train, then evaluate), --jobs jobs at a time with one torch thread each; a
 job already finished in --out with the same commands is reused, so an interrupted benchmark
@@ -312,7 +312,7 @@ def main() -> None:
                         help="where to draw the val curves (default: benchmarks/learning.png)")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON,
                         help="per-run, per-seed records (default: benchmarks/results/learning.json)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     try:
         cfg = load_config(args.config, args.set)
@@ -348,7 +348,7 @@ def main() -> None:
         "config": args.config, "sets": args.portable_sets, "steps": args.steps, "seeds": args.seeds, "jobs": args.jobs,
         "val_questions": len(held_out), "wall_minutes": wall_minutes, "records": records, "baselines": baselines,
         "targets": [t.as_dict() for t in found]}, indent=2) + "\n")
-    publish(text, append=not args.no_append)
+    publish(text, "learning", write=not args.print_only)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Shared by the benchmark scripts: Markdown tables and the append-only RESULTS.md log.
+"""Shared by the benchmark scripts: Markdown tables, the machine line, and RESULTS.md.
+
+RESULTS.md is a report with one current section per benchmark, between the markers
+`<!-- section: NAME -->` and `<!-- /section: NAME -->`: a benchmark that runs replaces its
+own section and leaves the others as they are (earlier figures live in git's history).
+Each section says machine, date, config and what its figures rest on.
 
 RESULTS.md is read on other machines, so a report names no path of the machine it was
 measured on: `publish` writes the repository, the home and the temporary directory as
@@ -13,6 +18,8 @@ import platform
 import re
 import tempfile
 from pathlib import Path
+
+from mmrag.atomic import atomic_write_text
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -62,32 +69,44 @@ def portable_overrides(assignments: list[str]) -> str:
     return " ".join(portable_assignment(assignment) for assignment in assignments)
 
 
-def publish_figures(report: str, figures: dict | list, json_path: Path, append: bool = True) -> None:
-    """Write a benchmark's figures to `json_path`, then `publish` its report (neither when `append` is off).
+def publish_figures(report: str, figures: dict | list, json_path: Path, write: bool = True) -> None:
+    """Write a benchmark's figures to `json_path`, then `publish` its report as the section named after the
+    JSON file (results/NAME.json: section NAME); neither when `write` is off.
 
     The JSON comes first, so a report refused for naming a machine path still leaves its figures.
     """
-    if append:
+    if write:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(figures, indent=2) + "\n")
-    publish(report, append=append)
+        atomic_write_text(json_path, json.dumps(figures, indent=2) + "\n")
+    publish(report, json_path.stem, write=write)
 
 
-def publish(report: str, append: bool = True) -> None:
-    """Print a benchmark's report and, unless told not to, append it to RESULTS.md.
+def publish(report: str, section: str, write: bool = True) -> None:
+    """Print a benchmark's report and, unless told not to, make it RESULTS.md's section `section`.
 
     Raises MachineSpecificPath (after printing) when the report names a path that only
-    exists on this machine; nothing is appended then.
+    exists on this machine; RESULTS.md is left as it was then.
     """
     report = portable(report)
     print(report)
-    if not append:
+    if not write:
         return
     paths = machine_specific_paths(report)
     if paths:
         raise MachineSpecificPath(
-            f"{RESULTS.name}: not appended, the report names paths of this machine ({', '.join(sorted(set(paths)))}); "
+            f"{RESULTS.name}: not written, the report names paths of this machine ({', '.join(sorted(set(paths)))}); "
             "name them by role (e.g. DATA_DIR) or put them under $TMPDIR, the home or the repository, "
-            "then append the report printed above by hand")
-    with RESULTS.open("a") as results:
-        results.write(("\n\n" if RESULTS.exists() and RESULTS.stat().st_size else "") + report + "\n")
+            "then paste the report printed above into its section by hand")
+    atomic_write_text(RESULTS, with_section(RESULTS.read_text() if RESULTS.exists() else "", section, report))
+
+
+def with_section(text: str, name: str, report: str) -> str:
+    """`text` (RESULTS.md) with section `name` replaced by `report`, or `report` added at the end as that section."""
+    start, end = f"<!-- section: {name} -->", f"<!-- /section: {name} -->"
+    block = f"{start}\n{report.strip()}\n{end}"
+    if start not in text:
+        return (text.rstrip("\n") + "\n\n" if text.strip() else "") + block + "\n"
+    before, _, rest = text.partition(start)
+    if end not in rest:
+        raise ValueError(f"{RESULTS.name}: section {name!r} has no end marker {end!r}; add it after the section")
+    return before + block + rest.partition(end)[2]

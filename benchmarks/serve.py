@@ -26,7 +26,7 @@ one run:
 6. Replica failure: concurrency 16 for `--failure-seconds`, the ingress replica SIGKILLed at a
    quarter of it and the model replica at two thirds: every status, the slowest answer, how
    long until answers flowed again, and whether the answers after equal those before.
-Prints Markdown tables, appends them to benchmarks/RESULTS.md with the machine and date,
+Prints Markdown tables, writes them as its section of benchmarks/RESULTS.md with the machine and date,
 and writes benchmarks/results/serve.json.
 """
 
@@ -335,7 +335,7 @@ def main() -> None:
     parser.add_argument("--overload-seconds", type=float, default=15.0, help="overload test length (default 15)")
     parser.add_argument("--failure-seconds", type=float, default=40.0,
                         help="replica failure test length, two replicas killed in it (default 40)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and serve.json alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and serve.json alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
     torch.set_num_threads(1)  # as in each replica, where Ray sets OMP_NUM_THREADS from its CPUs
@@ -401,7 +401,7 @@ def main() -> None:
         "machine": machine(with_load=True),
         "date": datetime.date.today().isoformat()}
     publish_figures(report(options, batching, levels, load, overload, failed, cfg, args), figures, RESULTS_JSON,
-                    append=not args.no_append)
+                    write=not args.print_only)
 
 
 if __name__ == "__main__":

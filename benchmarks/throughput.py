@@ -17,8 +17,8 @@ with the config's dataset and index built. Four measurements:
    (both measured first, synchronously).
 4. Wall time of the `--steps` run of the config, distributed against local-reference, no simulation.
 
-Simulated device time (`mmrag.training.device_time`) is slept inside the stage actors (or the
-learner ranks) on top of their real work; every table says where it was used. Prints the tables, appends them to
+Simulated device time (`benchmarks.simulated_device`) is slept inside the stage actors (or the
+learner ranks) on top of their real work; every table says where it was used. Prints the tables, writes them as its section of
 benchmarks/RESULTS.md and writes benchmarks/results/throughput.json.
 """
 
@@ -35,10 +35,10 @@ import ray
 
 from actors.stages import ActorPools
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from benchmarks.simulated_device import DeviceTime, simulated_actors
 from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
-from mmrag.training.device_time import DeviceTime
 from mmrag.training.learner import Weights
 from mmrag.training.metrics_log import read_metrics
 from mmrag.training.streaming import RolloutStream
@@ -59,7 +59,7 @@ def with_sections(cfg: Config, **sections: dict) -> Config:
 
 def rollout_rate(cfg: Config, device_time: dict[str, DeviceTime], batches: int) -> dict[str, float]:
     """Stream `batches` rollout batches through freshly placed pools; end-to-end and generator-pool rates."""
-    pools = ActorPools.launch(cfg, device_time)
+    pools = ActorPools.launch(cfg, simulated_actors(device_time))
     try:
         pools.install(Weights(0, None, None))
         questions = load_questions(cfg.data.dir, "train")
@@ -91,7 +91,7 @@ def rollout_rate(cfg: Config, device_time: dict[str, DeviceTime], batches: int) 
 def steps_per_second(cfg: Config, run_dir: str, device_time: dict[str, DeviceTime]) -> dict[str, float]:
     """Train `cfg` distributed; optimiser steps/s over the step loop (after the first step) from the ledger."""
     summary = train_distributed(with_sections(cfg, train={"run_dir": run_dir}), progress=False,
-                                device_time=device_time)
+                                classes=simulated_actors(device_time))
     steps = [r for r in read_metrics(run_dir) if "ledger" in r][1:]
     seconds = sum(r["step_seconds"] for r in steps)
     learn = sum(r["stage_seconds"]["learn"] for r in steps) / len(steps)
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--learn-steps", type=int, default=8, help="steps per async/sync run (default 8)")
     parser.add_argument("--steps", type=int, default=200, help="steps of the wall-time comparison (default 200)")
     parser.add_argument("--skip-wall-time", action="store_true", help="leave out measurement 4 (the longest)")
-    parser.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     cfg = config_from_args(args)
     rollout_cfg = with_sections(cfg, train={"questions_per_step": 8, "micro_batch_size": 1})
@@ -193,7 +193,7 @@ def main() -> None:
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
                           f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
                           *sections])
-    publish_figures(report, results, RESULTS_JSON, append=not args.no_append)
+    publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

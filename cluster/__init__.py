@@ -1,1 +1,1 @@
-"""Cluster helpers: resource plans from a config, the job runtime_env; Ray-free."""
+"""Cluster helpers: resource plans from a config and the job runtime_env (Ray-free), and `connect`, the one module that starts or joins Ray."""

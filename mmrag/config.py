@@ -511,5 +511,5 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
 
 
 def config_to_dict(cfg: Any) -> dict:
-    """Plain mapping of a config, for saving beside a run and for `--print-config`."""
+    """Plain mapping of a config, e.g. the RUN_DIR/config.json saved beside a run."""
     return dataclasses.asdict(cfg)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import fcntl
 import importlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from mmrag.atomic import atomic_directory
 
 ZOO_PREFIX = "zoo:"
 ZOO_FORMAT_VERSION = 2
@@ -148,9 +147,7 @@ def _build_lock(lock_path: Path) -> Iterator[None]:
 def _build(model: ZooModel, cache: Path, seed: int) -> dict:
     module_name, function_name = model.builder.split(":")
     build_fn = getattr(importlib.import_module(module_name), function_name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{model.name}.building-", dir=cache))
-    staging.chmod(0o755)  # mkdtemp's private 0700 would hide a shared cache from other users
-    try:
+    with atomic_directory(cache / model.name) as staging:
         started = time.perf_counter()
         figures = build_fn(staging, str(cache), seed)
         manifest = {
@@ -162,19 +159,4 @@ def _build(model: ZooModel, cache: Path, seed: int) -> dict:
             "figures": figures,
         }
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
-        _install(staging, cache / model.name)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return manifest
-
-
-def _install(staging: Path, target: Path) -> None:
-    """Rename the finished build into place, replacing an old build only after it is complete."""
-    if not target.exists():
-        os.rename(staging, target)
-        return
-    retired = target.with_name(f".{target.name}.retired-{os.getpid()}")
-    os.rename(target, retired)
-    os.rename(staging, target)
-    shutil.rmtree(retired, ignore_errors=True)

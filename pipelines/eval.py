@@ -23,6 +23,7 @@ from cluster.connect import connect
 from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
 from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
 from mmrag.evaluation.settings import SETTINGS
+from mmrag.training.inputs import check_index, check_questions
 from mmrag.metrics.official import read_references
 from pipelines.options import add_config_options, config_from_args, run_main
 
@@ -54,6 +55,14 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not settings:
         print(f"eval: --settings: expected a comma-separated subset of {', '.join(SETTINGS)}, got {args.settings!r}",
               file=sys.stderr)
+        return 2
+    try:
+        check_questions(cfg.data.dir, [args.split])
+        check_index(cfg.index.dir)
+        if args.checkpoint is not None and not Path(args.checkpoint).is_dir():
+            raise FileNotFoundError(f"--checkpoint: {args.checkpoint} is not a directory (expected RUN_DIR/export)")
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"eval: {exc}", file=sys.stderr)
         return 2
     predictor_args = {"cfg": cfg, "checkpoint": args.checkpoint, "settings": settings, "device": args.device}
     records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)

@@ -19,31 +19,30 @@ import sys
 
 import ray
 
+from actors.actor_classes import ActorClasses
 from actors.learner import LearnerGroup
 from actors.stages import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config, ConfigError
+from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
 from mmrag.training.trackers import require_trackers
 from pipelines.options import add_config_options, config_from_args, exit_config_error, run_main
 
 
-def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, device_time=None) -> dict:
-    """The loop on Ray: stage actor pools and a DeepSpeed learner group, placed after the plan is checked.
-
-    `device_time` (benchmarks only): simulated device seconds per stage (see `ActorPools.launch`) and,
-    under "learn", per learner update.
-    """
-    device_time = device_time or {}
+def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
+                      classes: ActorClasses = ActorClasses()) -> dict:
+    """The loop on Ray: stage actor pools and a DeepSpeed learner group (their actors made from `classes`),
+    placed after the plan is checked."""
     with contextlib.ExitStack() as cleanup:
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         check_fits(resource_plan(cfg), ray.cluster_resources())
-        pools = ActorPools.launch(cfg, {stage: cost for stage, cost in device_time.items() if stage != "learn"})
+        pools = ActorPools.launch(cfg, classes)
         cleanup.callback(pools.shutdown)
-        learner = LearnerGroup(cfg, device_time=device_time.get("learn"))
+        learner = LearnerGroup(cfg, rank_class=classes.learn)
         cleanup.callback(learner.shutdown)
         summary = train(cfg, pools, learner, resume=resume, progress=progress)
         summary["generator_throughput"] = pools.generator_throughput()
@@ -73,11 +72,17 @@ def run(args: argparse.Namespace) -> int:
     cfg.train.steps = args.steps if args.steps is not None else cfg.train.steps
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir
     progress = not args.no_progress
+    try:
+        check_training_inputs(cfg)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"train: {exc}", file=sys.stderr)
+        return 2
     if cfg.train.mode == "distributed":
         try:
             summary = train_distributed(cfg, resume=args.resume, progress=progress)
         except PlanDoesNotFit as exc:
-            sys.exit(f"does not fit: {exc}")
+            print(f"train: does not fit: {exc}", file=sys.stderr)
+            return 2
     else:
         summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device)
     print(f"run directory: {summary['run_dir']}")

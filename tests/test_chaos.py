@@ -98,7 +98,7 @@ def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterr
 def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
         ray_session, tiny_config, distributed_sync_run, tmp_path):
     cfg = tiny_config(tmp_path, "learner.num_workers=2", "train.checkpoint_every=2", f"train.steps={STEPS}")
-    pools = ActorPools.launch(cfg, {})
+    pools = ActorPools.launch(cfg)
     learner = ChaosLearner(cfg)
     learner.kill_at = 4
     try:

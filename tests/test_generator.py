@@ -71,7 +71,7 @@ def test_generator_actor_answers_and_reports_throughput(ray_session, world):
 
     question = world.questions["train"][0]
     gold = next(d.text for d in world.docs if d.doc_id == question.gold_doc_ids[0])
-    actor = GeneratorActor.remote(GeneratorConfig(backend="extractive"), "unused")
+    actor = ray_session.remote(GeneratorActor).remote(GeneratorConfig(backend="extractive"), "unused")
     table = QuestionTable.of([question])
     answers = ray_session.get(actor.answer.remote(table, [0] * 4, [[gold]] * 4))
     assert answers == [question.answers[0]] * 4

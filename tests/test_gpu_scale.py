@@ -120,7 +120,7 @@ def test_generation_counts_prompt_and_answer_tokens_of_one_batched_call(preset, 
 def test_the_benchmark_runs_on_cpu_without_the_packages_the_gpu_image_lacks(zoo_dir):
     hide = "; ".join(f"sys.modules[{name!r}] = None" for name in ABSENT_ON_THE_GPU_IMAGE)
     argv = ["gpu_scale", "--device", "cpu", "--translator-size", "tiny", "--generator-size", "tiny", "--batch", "2",
-            "--zoo-cache", zoo_dir, "--no-append"]
+            "--zoo-cache", zoo_dir, "--print-only"]
     code = f"import sys; {hide}; sys.argv = {argv!r}; from benchmarks.gpu_scale import main; main()"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -21,13 +22,44 @@ def test_publish_writes_portable_paths_and_refuses_other_machine_paths(tmp_path,
     log = tmp_path / "RESULTS.md"
     monkeypatch.setattr(results, "RESULTS", log)
     scratch = Path(tempfile.gettempdir()).resolve() / "bench"
-    publish(f"Config data.dir={scratch}/data plot={results.REPOSITORY}/benchmarks/learning.png")
-    assert log.read_text() == "Config data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
+    publish(f"Config data.dir={scratch}/data plot={results.REPOSITORY}/benchmarks/learning.png", "bench")
+    written = ("<!-- section: bench -->\nConfig data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
+               "<!-- /section: bench -->\n")
+    assert log.read_text() == written
     with pytest.raises(MachineSpecificPath, match=r"/work/exp/data"):
-        publish("Config data.dir=/work/exp/data, served at POST /v1/answer")
+        publish("Config data.dir=/work/exp/data, served at POST /v1/answer", "bench")
     assert "/work/exp/data" in capsys.readouterr().out
-    assert log.read_text() == "Config data.dir=$TMPDIR/bench/data plot=./benchmarks/learning.png\n"
+    assert log.read_text() == written
     assert machine_specific_paths("GPU preset reads /data/infoseek; route /v1/answer") == []
+
+
+def test_a_benchmark_replaces_its_own_section_and_leaves_the_others(tmp_path, monkeypatch):
+    log = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(results, "RESULTS", log)
+    log.write_text("# Results\n\nIntro.\n")
+    publish("## Chaos (day 1)\n\nold", "chaos")
+    publish("## Serving (day 1)", "serve")
+    publish("## Chaos (day 2)\n\nnew", "chaos")
+    assert log.read_text() == ("# Results\n\nIntro.\n\n"
+                               "<!-- section: chaos -->\n## Chaos (day 2)\n\nnew\n<!-- /section: chaos -->\n\n"
+                               "<!-- section: serve -->\n## Serving (day 1)\n<!-- /section: serve -->\n")
+    assert [path.name for path in tmp_path.iterdir()] == ["RESULTS.md"]
+
+
+def test_a_section_without_its_end_marker_is_named_not_overwritten(tmp_path, monkeypatch):
+    log = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(results, "RESULTS", log)
+    log.write_text("<!-- section: chaos -->\n## Chaos\n")
+    with pytest.raises(ValueError, match="'chaos' has no end marker"):
+        publish("## Chaos again", "chaos")
+    assert log.read_text() == "<!-- section: chaos -->\n## Chaos\n"
+
+
+def test_every_section_of_results_md_is_closed_and_appears_once():
+    text = results.RESULTS.read_text()
+    starts = re.findall(r"<!-- section: (\S+) -->", text)
+    assert starts and len(starts) == len(set(starts))
+    assert re.findall(r"<!-- /section: (\S+) -->", text) == starts
 
 
 def test_overrides_name_machine_paths_by_their_role():
@@ -43,7 +75,7 @@ def test_figures_are_written_even_when_the_report_is_refused(tmp_path, monkeypat
         results.publish_figures("measured on /work/exp", {"ratio": 1.5}, figures)
     assert json.loads(figures.read_text()) == {"ratio": 1.5}
     assert not (tmp_path / "RESULTS.md").exists()
-    results.publish_figures("not kept", {"ratio": 2.0}, tmp_path / "other.json", append=False)
+    results.publish_figures("not kept", {"ratio": 2.0}, tmp_path / "other.json", write=False)
     assert not (tmp_path / "other.json").exists()
 
 

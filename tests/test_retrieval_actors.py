@@ -66,7 +66,7 @@ def test_router_names_a_missing_shard_file(ray_session, tmp_path):
 
 def test_encoder_actor_gives_unit_vectors_independent_of_batching(ray_session, zoo_dir):
     cfg = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=4)
-    actor = EncoderActor.options(num_gpus=cfg.num_gpus).remote(cfg, zoo_dir)
+    actor = ray_session.remote(EncoderActor).options(num_gpus=cfg.num_gpus).remote(cfg, zoo_dir)
     texts = ["red striped circle on blue", "when was it built?", "a tower", "x", "y"]
     batched = ray_session.get(actor.encode_texts.remote(texts))
     one_by_one = np.concatenate(ray_session.get([actor.encode_texts.remote([text]) for text in texts]))

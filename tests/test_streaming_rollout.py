@@ -22,7 +22,7 @@ def pools(ray_session, tiny_config, tmp_path_factory):
     from actors.stages import ActorPools
 
     cfg = tiny_config(tmp_path_factory.mktemp("run"), "translator.num_replicas=2", "generator.num_replicas=2")
-    pools = ActorPools.launch(cfg, {})
+    pools = ActorPools.launch(cfg)
     yield pools
     pools.shutdown()
 

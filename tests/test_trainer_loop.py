@@ -310,4 +310,4 @@ def test_a_driver_killed_at_any_moment_resumes_from_its_latest_complete_checkpoi
     assert records[-1]["step"] == 8
     RolloutLedger(**records[-1]["ledger"]).check()
     assert (tmp_path / "run" / "export" / "export.json").is_file()
-    assert not list((tmp_path / "run" / "checkpoints").glob("*.partial")), "a half-written checkpoint stays behind"
+    assert not list((tmp_path / "run" / "checkpoints").glob("*.tmp")), "a half-written checkpoint stays behind"

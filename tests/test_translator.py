@@ -238,7 +238,7 @@ def test_translator_actor_samples_with_the_weights_each_call_names(ray_session, 
     from actors.policy import PolicyWeights
     from actors.translator import TranslatorActor
 
-    actor = TranslatorActor.remote(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    actor = ray_session.remote(TranslatorActor).remote(make_config(tiny_lvlm_path, lora=True), zoo_dir)
     table = QuestionTable(images, QUESTIONS, [[], []])
     initial = PolicyWeights(0, ())
     drawn = ray_session.get(actor.sample.remote(table, 2, 5, initial))

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from mmrag.atomic import atomic_file
 from mmrag.data.dataset import KB_FILE, KB_SCHEMA
 from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
 
@@ -63,15 +64,10 @@ def add_distractors(data_dir: str | Path, count: int, seed: int, progress: bool 
     path = Path(data_dir) / KB_FILE
     world_docs = pq.read_table(path, schema=KB_SCHEMA)
     rng = np.random.default_rng([seed, DISTRACTOR_STREAM])
-    temporary = path.with_name(f"{path.name}.writing")
-    try:
-        with pq.ParquetWriter(temporary, KB_SCHEMA) as writer, \
-                tqdm(total=count, desc="writing distractors", unit="doc", disable=not progress) as bar:
-            writer.write_table(world_docs, row_group_size=ROW_GROUP_ROWS)
-            for first in range(0, count, BATCH_ROWS):
-                batch = distractor_batch(rng, first, min(BATCH_ROWS, count - first))
-                writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
-                bar.update(batch.num_rows)
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with atomic_file(path) as temporary, pq.ParquetWriter(temporary, KB_SCHEMA) as writer, \
+            tqdm(total=count, desc="writing distractors", unit="doc", disable=not progress) as bar:
+        writer.write_table(world_docs, row_group_size=ROW_GROUP_ROWS)
+        for first in range(0, count, BATCH_ROWS):
+            batch = distractor_batch(rng, first, min(BATCH_ROWS, count - first))
+            writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
+            bar.update(batch.num_rows)

@@ -9,11 +9,12 @@ real `ViT-L-14` does; the zoo (`mmrag.zoo.tiny_clip`, `mmrag.zoo.fit_clip`) make
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 
 import open_clip
+
+from mmrag.atomic import atomic_write_text
 
 TINY_CLIP_MODEL_NAME = "mmrag-tiny-clip"
 
@@ -34,7 +35,5 @@ def register_tiny_clip_config() -> None:
     config_dir = Path(tempfile.gettempdir()) / "mmrag-open-clip-configs"
     config_dir.mkdir(parents=True, exist_ok=True)
     config_path = config_dir / f"{TINY_CLIP_MODEL_NAME}.json"
-    partial_path = config_dir / f".{TINY_CLIP_MODEL_NAME}.{os.getpid()}.json"
-    partial_path.write_text(json.dumps(TINY_CLIP_CONFIG, indent=2))
-    os.replace(partial_path, config_path)
+    atomic_write_text(config_path, json.dumps(TINY_CLIP_CONFIG, indent=2))
     open_clip.add_model_config(config_path)

@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from mmrag.atomic import remove_leftovers
 from mmrag.checksum import file_sha256
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.models.clip_encoder import encoder_identity
-from mmrag.retrieval.atomic_file import TEMPORARY_SUFFIX
 from mmrag.retrieval.build_report import BuildReport, peak_rss_mb
 from mmrag.retrieval.doc_ids import check_doc_ids
 from mmrag.retrieval.docstore import write_docstores
@@ -138,8 +138,7 @@ def _remove_previous_build(index_dir: Path) -> None:
     for entry in old.shards if old else []:
         for name in (entry.index_file, entry.docstore_file):
             (index_dir / name).unlink(missing_ok=True)
-    for leftover in index_dir.glob(f"*{TEMPORARY_SUFFIX}"):
-        leftover.unlink(missing_ok=True)
+    remove_leftovers(index_dir)
 
 
 def write_shards(parts: EmbeddedParts, index_dir: Path, cfg: IndexConfig, runner: BuildRunner

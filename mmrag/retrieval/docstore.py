@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from mmrag.retrieval.atomic_file import replaced_atomically
+from mmrag.atomic import atomic_file
 from mmrag.retrieval.embedded_parts import EmbeddedParts, offsets
 
 DOCSTORE_SCHEMA = pa.schema([
@@ -45,7 +45,7 @@ def write_docstores(parts: EmbeddedParts, index_dir: Path, names: list[str]) -> 
     num_shards = len(names)
     counts = [0] * num_shards
     with ExitStack() as files:
-        temporaries = [files.enter_context(replaced_atomically(index_dir / f"{name}.arrow")) for name in names]
+        temporaries = [files.enter_context(atomic_file(index_dir / f"{name}.arrow")) for name in names]
         writers = [files.enter_context(pa.ipc.new_file(str(path), DOCSTORE_SCHEMA)) for path in temporaries]
         for part, first_id in enumerate(offsets(parts)):
             if not parts.sizes[part]:

@@ -16,7 +16,7 @@ import faiss
 import numpy as np
 
 from mmrag.config import IndexConfig
-from mmrag.retrieval.atomic_file import replaced_atomically
+from mmrag.atomic import atomic_file
 from mmrag.retrieval.embedded_parts import EmbeddedParts, offsets
 
 INDEX_TYPES = ("flat", "ivf", "hnsw", "ivfpq")
@@ -96,6 +96,6 @@ def write_shard_index(parts: EmbeddedParts, index_dir: Path, name: str, shard: i
             buffer = []
     if buffer:
         index.add(np.concatenate(buffer))
-    with replaced_atomically(index_dir / f"{name}.faiss") as temporary:
+    with atomic_file(index_dir / f"{name}.faiss") as temporary:
         faiss.write_index(index, str(temporary))
     return int(index.ntotal), params

@@ -1,6 +1,6 @@
 """Index manifest: what an index directory holds and what it was built from.
 
-`mmrag.retrieval.build` writes `manifest.json` last, so a half-written build never looks
+`mmrag.retrieval.build` writes `manifest.json` last and atomically, so a half-written build never looks
 complete. Searchers (`ShardSearcher`, `LocalRetriever`, the retrieval actors) read it to
 find their shard files and to reject query vectors of the wrong dimension. Its
 `fingerprint` covers the KB's content, the encoder's identity and the build settings:
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from mmrag.atomic import atomic_write_text
 
 MANIFEST_NAME = "manifest.json"
 
@@ -57,7 +59,7 @@ class Manifest:
 
     def write(self, index_dir: str | Path) -> Path:
         path = Path(index_dir) / MANIFEST_NAME
-        path.write_text(json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True))
+        atomic_write_text(path, json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True))
         return path
 
     @classmethod

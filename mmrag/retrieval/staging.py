@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from mmrag.retrieval.atomic_file import TEMPORARY_SUFFIX, replaced_atomically
+from mmrag.atomic import atomic_file, atomic_write_text, remove_leftovers
 from mmrag.retrieval.kb_parts import KBPart
 
 STAGING_DIR = "embeddings"
@@ -60,11 +60,9 @@ class Staging:
         if not kept:
             shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True, exist_ok=True)
-        for leftover in self.dir.glob(f"*{TEMPORARY_SUFFIX}"):
-            leftover.unlink(missing_ok=True)
+        remove_leftovers(self.dir)
         if not kept:
-            with replaced_atomically(key_path) as temporary:
-                temporary.write_text(json.dumps(key, sort_keys=True))
+            atomic_write_text(key_path, json.dumps(key, sort_keys=True))
         return kept
 
     def write(self, part: int, first_row: int, stop_row: int, rows: np.ndarray, vectors: np.ndarray,
@@ -79,7 +77,7 @@ class Staging:
         table = pa.table([pa.array(rows, pa.int64()), pa.FixedSizeListArray.from_arrays(flat, dim)], schema=schema)
 
         path = self.dir / f"part-{part:06d}-row-{first_row:012d}.arrow"
-        with replaced_atomically(path) as temporary, pa.ipc.new_file(str(temporary), schema) as writer:
+        with atomic_file(path) as temporary, pa.ipc.new_file(str(temporary), schema) as writer:
             writer.write_table(table)
         return path
 

@@ -3,22 +3,21 @@
 RUN_DIR/checkpoints/step_NNNNNN/ holds `learner/` (the learner's own state: weights and
 optimiser, written by `Learner.save`) and `driver.pt` (this module's `DriverState`: step,
 versions, rollout count, question cursor, RNG states, ledger). A checkpoint is assembled in
-`step_NNNNNN.partial/` and renamed into place when complete; RUN_DIR/checkpoints/latest then
+`step_NNNNNN.tmp/` and renamed into place when complete; RUN_DIR/checkpoints/latest then
 names it, replaced atomically. A run killed at any moment leaves `latest` naming a complete
 checkpoint (or none), never a half-written one.
 """
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from mmrag.atomic import atomic_directory, atomic_write_text, remove_leftovers
 from mmrag.training.learner import Learner
 
 
@@ -62,18 +61,12 @@ def learner_dir(checkpoint: str | Path) -> Path:
 def save_checkpoint(run_dir: str | Path, learner: Learner, state: DriverState) -> Path:
     """Write the learner's and the driver's state as checkpoint `state.step`, then mark it the latest."""
     final = checkpoint_dir(run_dir, state.step)
-    staging = final.with_name(final.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    learner.save(learner_dir(staging))
-    torch.save(asdict(state), staging / "driver.pt")
-    if final.exists():  # the same step saved again, after the learner was restored from an older one
-        shutil.rmtree(final)
-    os.rename(staging, final)
-    marker = final.parent / "latest"
-    temporary = marker.with_name("latest.partial")
-    temporary.write_text(final.name + "\n")
-    os.replace(temporary, marker)
+    remove_leftovers(final.parent)  # of a run killed while it saved
+    # The same step may be saved again, after the learner was restored from an older one: replaced.
+    with atomic_directory(final) as staging:
+        learner.save(learner_dir(staging))
+        torch.save(asdict(state), staging / "driver.pt")
+    atomic_write_text(final.parent / "latest", final.name + "\n")
     return final
 
 
