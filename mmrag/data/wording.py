@@ -166,7 +166,7 @@ KB_WORDING = Wording(
 CAPTIONER_WORDING = Wording(
     name="captioner",
     descriptions=("{colour} {shape}, {texture}, {background} backdrop",
-                  "image of a {texture} {shape} coloured {colour} with {background} behind it"),
+                  "{texture} {shape} in {colour}, {background} behind"),
     captions=(), facts={}, synonyms=False,
 )
 """How `zoo:tiny-lvlm-captioner-v2` describes a picture (its fitting targets); canonical words only."""

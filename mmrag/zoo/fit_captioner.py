@@ -22,6 +22,7 @@ its image embedding carries no shape either (a linear probe reads shape 16% righ
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,7 @@ V2_WORLD_SEED_OFFSET = 2200
 V2_HELDOUT_SEED_OFFSET = 2700
 V2_VIEWS_PER_ENTITY = 3
 V2_STEPS = 120
+V2_LEARNING_RATE = 1e-3
 
 
 @dataclass
@@ -182,15 +184,22 @@ def fit_vision(model, processor, heads: AttributeHeads, examples: list[CaptionEx
 
 def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
         batch_size: int = BATCH_SIZE, heads: AttributeHeads | None = None, target=caption_target,
-        templates: list[str] | None = None, name: str = "tiny-lvlm-captioner") -> list[float]:
+        templates: list[str] | None = None, name: str = "tiny-lvlm-captioner", vision_frozen: bool = False,
+        learning_rate: float = LEARNING_RATE) -> list[float]:
     """Stage two, teacher forcing: mean negative log-likelihood of the assistant tokens (and end of turn),
     plus `ATTRIBUTE_LOSS_WEIGHT` x the attribute loss of `heads` (new heads when None). `target` writes
-    the assistant text, prompts ask `templates` (default: v1's question templates)."""
+    the assistant text, prompts ask `templates` (default: v1's question templates). With `vision_frozen`
+    the vision tower keeps its weights and there is no attribute loss (a refit that only rewords)."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     heads = attribute_heads_for(model, processor) if heads is None else heads
     templates = question_templates() if templates is None else templates
-    optimizer = torch.optim.AdamW([*model.parameters(), *heads.parameters()], lr=LEARNING_RATE, weight_decay=0.01)
+    if vision_frozen:
+        model.model.visual.requires_grad_(False)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+    else:
+        trainable = [*model.parameters(), *heads.parameters()]
+    optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.01)
 
     def batch_loss() -> torch.Tensor:
         batch = rng.sample(examples, batch_size)
@@ -199,15 +208,19 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
         token_count = sum(len(response_token_ids(processor, t)) for t in targets)
         images = [e.image for e in batch]
         logprobs = sequence_logprobs(model, processor, images, [translator_prompt(q) for q in questions], targets)
+        if vision_frozen:
+            return -logprobs.sum() / token_count
         attributes = heads.loss(image_features(model, processor, images), batch)
         return -logprobs.sum() / token_count + ATTRIBUTE_LOSS_WEIGHT * attributes
 
-    return run_fit(model, optimizer, _one_cycle(optimizer, LEARNING_RATE, steps), steps, name, batch_loss)
+    losses = run_fit(model, optimizer, _one_cycle(optimizer, learning_rate, steps), steps, name, batch_loss)
+    model.requires_grad_(True)
+    return losses
 
 
 def named_attribute(text: str, kind: str, attributes: dict[str, str]) -> bool:
-    """The text names the image's `kind` attribute and no other word of that vocabulary."""
-    return set(text.lower().split()) & set(attribute_vocabularies()[kind]) == {attributes[kind]}
+    """The text names the image's `kind` attribute and no other word of that vocabulary (punctuation aside)."""
+    return set(re.findall(r"[a-z]+", text.lower())) & set(attribute_vocabularies()[kind]) == {attributes[kind]}
 
 
 def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
@@ -261,14 +274,15 @@ def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: i
 
 def build_tiny_lvlm_captioner_v2(out_dir: Path, cache_dir: str, seed: int, steps: int = V2_STEPS) -> dict:
     """`zoo:tiny-lvlm-captioner` refitted to describe pictures in its own style (`CAPTIONER_WORDING`), on a
-    world of its own, prompted with world v2's questions; no text it sees shares a template with the v2 KB."""
+    world of its own, prompted with world v2's questions; no text it sees shares a template with the v2 KB.
+    Its vision tower is kept frozen: it already reads the attributes, only the wording is new."""
     model, processor = load_lvlm(resolve("zoo:tiny-lvlm-captioner", cache_dir, seed), cache_dir)
     started = time.perf_counter()
     examples = load_examples_v2(V2_FIT_ENTITIES, seed + V2_WORLD_SEED_OFFSET)
     heldout = load_examples_v2(V2_HELDOUT_ENTITIES, seed + V2_HELDOUT_SEED_OFFSET, views=2)
     templates = question_texts()
     losses = fit(model, processor, examples, steps, seed, target=caption_target_v2, templates=templates,
-                 name="tiny-lvlm-captioner-v2")
+                 name="tiny-lvlm-captioner-v2", vision_frozen=True, learning_rate=V2_LEARNING_RATE)
     model.save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
     return {
