@@ -74,7 +74,7 @@ def test_kb_docs_describe_their_entity_and_use_several_paraphrases(world):
     for doc in world.docs:
         stated = KB_WORDING.parse_description(doc.text)
         assert stated == {a: getattr(entities[doc.entity_id], a) for a in ATTRIBUTES}, doc.text
-        for relation, templates in KB_WORDING.facts.items():
+        for relation in KB_WORDING.facts:
             if KB_WORDING.parse_fact(relation, doc.text) is not None:
                 used[relation] += 1
     assert used == {relation: len(world.entities) for relation in RELATIONS}
