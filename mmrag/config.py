@@ -31,8 +31,12 @@ class ConfigError(ValueError):
 class DataConfig:
     dir: str = "runs/data"
     """Dataset directory: kb.parquet and questions_{train,val,test}.parquet."""
+    world: Literal["v1", "v2"] = "v2"
+    """Synthetic generator: `v2` (varying knowledge demand, a KB in its own wording) or `v1` (the old figures'
+    world: one-fact questions, the zoo's own templates; configs/local-v1.yaml runs it end to end)."""
     entities: int = 320
-    """Synthetic generator: number of entities (local mode); 320 gives 520 test questions from 65 entities."""
+    """Synthetic generator: number of entities (local mode); 320 gives 650 test questions from 65 entities in v2
+    (195 visual, 325 one-fact, 130 two-fact), 520 one-fact ones from 65 entities in v1."""
     seed: int = 0
     """Synthetic generator: seed; the same seed writes byte-identical data."""
     image_size: int = 64
@@ -51,7 +55,7 @@ class ZooConfig:
 class EncoderConfig:
     model_name: str = "mmrag-tiny-clip"
     """open_clip model name (a registered config, e.g. ViT-L-14 or the zoo's tiny one)."""
-    pretrained: str = "zoo:tiny-clip"
+    pretrained: str = "zoo:tiny-clip-v2"
     """open_clip pretrained tag, a checkpoint path, or `zoo:NAME`."""
     batch_size: int = 64
     """Texts or images encoded per forward pass."""
@@ -121,7 +125,7 @@ class LoraConfig:
 
 @dataclass
 class TranslatorConfig:
-    model: str = "zoo:tiny-lvlm-captioner"
+    model: str = "zoo:tiny-lvlm-captioner-v2"
     """HF id, local path or `zoo:NAME` of the LVLM that writes search queries."""
     prompt_template: str = "{question} Search query:"
     """User prompt; `{question}` is replaced by the question."""
@@ -177,8 +181,11 @@ class RerankerConfig:
 
 @dataclass
 class GeneratorConfig:
-    backend: Literal["extractive", "hf"] = "extractive"
-    """`hf`: a frozen LVLM; `extractive`: answers only from the given documents (local mode)."""
+    backend: Literal["grounded", "extractive", "hf"] = "grounded"
+    """`hf`: a frozen LVLM; `grounded`: world v2's reader, answering from the image (its visual reader) and the
+    given documents, evidence first (local mode); `extractive`: world v1's reader, documents only."""
+    visual_reader: str = "zoo:visual-reader"
+    """`grounded` backend: `zoo:NAME` or path of its visual reader."""
     model: str = ""
     """HF id or path of the LVLM (`hf` backend)."""
     prompt_template: str = "Evidence:\n{evidence}\nQuestion: {question}\nAnswer briefly."

@@ -57,7 +57,13 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("tiny-lvlm", "mmrag.zoo.tiny_lvlm:build_tiny_lvlm", "",
                  "random tiny Qwen2-VL with a locally trained tokenizer"),
         ZooModel("tiny-lvlm-captioner", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner", "",
-                 "tiny-lvlm fitted to describe images as search queries"),
+                 "tiny-lvlm fitted to describe images as search queries (world v1)"),
+        ZooModel("tiny-clip-v2", "mmrag.zoo.fit_clip:build_tiny_clip_v2", "open_clip_model.safetensors",
+                 "tiny-clip refitted on generic caption-passage pairs in world v2's vocabulary, not its KB templates"),
+        ZooModel("tiny-lvlm-captioner-v2", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner_v2", "",
+                 "tiny-lvlm-captioner refitted to describe images in its own style (world v2)"),
+        ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
+                 "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)"),
     )
 }
 

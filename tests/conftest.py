@@ -49,11 +49,11 @@ def zoo_dir() -> str:
 
 @pytest.fixture(scope="session")
 def synth_dir(tmp_path_factory) -> str:
-    """A small synthetic KB-VQA dataset (kb.parquet, questions_{train,val,test}.parquet)."""
+    """A small synthetic KB-VQA dataset of world v1 (kb.parquet, questions_{train,val,test}.parquet)."""
     from mmrag.data.synth import generate_dataset
 
     out = tmp_path_factory.mktemp("synth")
-    generate_dataset(str(out), num_entities=24, seed=0, image_size=64)
+    generate_dataset(str(out), num_entities=24, seed=0, image_size=64, world="v1")
     return str(out)
 
 
@@ -70,19 +70,19 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def tiny_index(synth_dir, zoo_dir, tmp_path_factory) -> str:
-    """A flat 2-shard index of `synth_dir`'s KB, embedded with the zoo's fitted tiny CLIP (as configs/local.yaml)."""
+    """A flat 2-shard index of `synth_dir`'s KB, embedded with the zoo's fitted tiny CLIP (as configs/local-v1.yaml)."""
     from mmrag.config import load_config
     from mmrag.retrieval.build import build_index
 
     index_dir = tmp_path_factory.mktemp("tiny_index")
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [f"zoo.cache_dir={zoo_dir}"])
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local-v1.yaml", [f"zoo.cache_dir={zoo_dir}"])
     build_index(Path(synth_dir) / "kb.parquet", index_dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
     return str(index_dir)
 
 
 @pytest.fixture(scope="session")
 def tiny_config(synth_dir, tiny_index, zoo_dir):
-    """config(run_dir, *overrides): configs/local.yaml on the small synthetic world with short rollouts.
+    """config(run_dir, *overrides): configs/local-v1.yaml on the small synthetic world (v1) with short rollouts.
 
     2 questions per step, 3 queries x 4 selections each, top 12: small, yet most steps carry learning signal
     for both components (the fitted zoo models retrieve well enough for rewards to differ between siblings).
@@ -90,7 +90,7 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
     from mmrag.config import load_config
 
     def config(run_dir, *overrides: str):
-        return load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [
+        return load_config(Path(__file__).resolve().parents[1] / "configs/local-v1.yaml", [
             f"data.dir={synth_dir}", f"index.dir={tiny_index}", f"zoo.cache_dir={zoo_dir}",
             f"train.run_dir={run_dir}", "translator.max_new_tokens=8", "translator.num_samples=3",
             "reranker.num_samples=4", "index.top_k=12", "train.questions_per_step=2", "train.micro_batch_size=1",

@@ -1,7 +1,7 @@
 """Evidence that reward backpropagation learns: the single-process mode of the trainer, small and seeded.
 
 Uses the fitted zoo (tiny-clip retriever, tiny-lvlm-captioner translator) like
-configs/local.yaml, on a smaller synthetic world. The held-out reward must rise above
+configs/local-v1.yaml (world v1, whose figures these are), on a smaller synthetic world. The held-out reward must rise above
 the untrained pipeline's, and a control run with rewards shuffled across the batch must
 gain less: the signal comes from the rewards, not from training as such.
 """
@@ -28,15 +28,15 @@ def local_task(tmp_path_factory, zoo_dir):
     overrides = [f"data.dir={root / 'data'}", f"index.dir={root / 'index'}", f"zoo.cache_dir={zoo_dir}",
                  "data.entities=60", f"train.steps={STEPS}", f"train.eval_every={STEPS}",
                  "train.eval_questions=48"]
-    cfg = load_config(ROOT / "configs/local.yaml", overrides)
-    generate_dataset(cfg.data.dir, cfg.data.entities, cfg.data.seed, cfg.data.image_size)
+    cfg = load_config(ROOT / "configs/local-v1.yaml", overrides)
+    generate_dataset(cfg.data.dir, cfg.data.entities, cfg.data.seed, cfg.data.image_size, world=cfg.data.world)
     build_index(Path(cfg.data.dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
     return root, overrides
 
 
 def run(local_task, name: str, *extra: str) -> dict:
     root, overrides = local_task
-    cfg = load_config(ROOT / "configs/local.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
+    cfg = load_config(ROOT / "configs/local-v1.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
     return train_local(cfg, progress=False)
 
 

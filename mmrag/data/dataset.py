@@ -6,7 +6,9 @@ serving tests) reads it only through `load_kb` and `load_questions`:
 
     kb.parquet               doc_id, title, text, image (PNG/JPEG bytes, or a path relative
                              to the data dir; null for text-only docs), entity_id
-    questions_{split}.parquet  id, image, question, answers list<string>, entity_id, gold_doc_ids list<string>
+    questions_{split}.parquet  id, image, question, answers list<string>, entity_id, gold_doc_ids list<string>,
+                             and optionally kind (visual, one-fact or two-fact: the knowledge the question
+                             demands; world v2 writes it; files without it load as kind "unknown")
 
 Readers validate as they go and name the file, row and column of anything they cannot use.
 """
@@ -22,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
+
+from mmrag.data.question_kinds import KINDS, UNKNOWN_KIND
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -42,6 +46,8 @@ QUESTION_SCHEMA = pa.schema([
     pa.field("entity_id", pa.string()),
     pa.field("gold_doc_ids", pa.list_(pa.string())),
 ])
+KIND_FIELD = pa.field("kind", pa.string())
+"""Optional last column of a questions file (`mmrag.data.question_kinds.KINDS`)."""
 KB_REQUIRED = ("doc_id", "text")
 QUESTION_REQUIRED = ("id", "image", "question", "answers")
 
@@ -71,6 +77,9 @@ class Question:
     answers: list[str]
     entity_id: str = ""
     gold_doc_ids: list[str] = field(default_factory=list)
+    """Passages the answer needs (none for a visual question: the image suffices)."""
+    kind: str = UNKNOWN_KIND
+    """visual, one-fact, two-fact, or unknown where the data does not say (v1 data: all one-fact)."""
 
 
 def questions_file(split: str) -> str:
@@ -118,7 +127,12 @@ def write_questions(questions: list[Question], data_dir: str | Path, split: str)
         "entity_id": [q.entity_id for q in questions],
         "gold_doc_ids": [list(q.gold_doc_ids) for q in questions],
     }
-    pq.write_table(pa.table(columns, schema=QUESTION_SCHEMA), path)
+    schema = QUESTION_SCHEMA
+    # Data that records no kind (world v1) keeps the v1 schema, so v1 files stay byte-identical.
+    if any(q.kind != UNKNOWN_KIND for q in questions):
+        columns["kind"] = [q.kind for q in questions]
+        schema = schema.append(KIND_FIELD)
+    pq.write_table(pa.table(columns, schema=schema), path)
     return path
 
 
@@ -150,6 +164,10 @@ def load_questions(data_dir: str | Path, split: str) -> list[Question]:
             raise DatasetError(
                 f"{path}: row {index} column 'answers': expected a non-empty list of strings, got {answers!r}"
             )
+        kind = row.get("kind") or UNKNOWN_KIND
+        if kind not in (*KINDS, UNKNOWN_KIND):
+            raise DatasetError(f"{path}: row {index} column 'kind': expected one of {', '.join(KINDS)} "
+                               f"(or null), got {kind!r}")
         questions.append(Question(
             id=row["id"],
             image=images(row["image"], index),
@@ -157,6 +175,7 @@ def load_questions(data_dir: str | Path, split: str) -> list[Question]:
             answers=answers,
             entity_id=row.get("entity_id") or "",
             gold_doc_ids=list(row.get("gold_doc_ids") or []),
+            kind=kind,
         ))
     return questions
 

@@ -1,6 +1,8 @@
-"""The synthetic KB-VQA world: entities -> knowledge-base docs and questions -> Parquet dataset.
+"""The synthetic KB-VQA worlds -> Parquet dataset; world v1 (this module's `make_world`) in full.
 
-Last stage of the synthetic data flow (world.py draws entities, render.py their images).
+`generate_dataset(world=...)` writes world v2 (`synth_v2`, the default: varying knowledge
+demand, a KB in its own wording) or world v1, kept byte-identical for the v1 figures.
+World v1 is the last stage of the synthetic data flow (world.py draws entities, render.py their images).
 Each entity gets an image+caption doc, one passage per relation, and one distractor passage
 without any fact; each (entity, relation) gets two questions with augmented images whose
 only gold evidence is that relation's passage. The answer is never in the question or the
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,13 @@ from tqdm import tqdm
 from mmrag.data.dataset import SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
 from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
-from mmrag.data.world import RELATIONS, Entity, Relation, assign_splits, draw_entities
+from mmrag.data.question_kinds import KINDS
+from mmrag.data.synth_v2 import make_world_v2
+from mmrag.data.world import RELATIONS, Entity, Relation, World, assign_splits, draw_entities
 
-__all__ = ["RELATIONS", "Relation", "World", "make_world", "generate_dataset"]
+__all__ = ["RELATIONS", "Relation", "World", "WORLDS", "make_world", "generate_dataset"]
 
+WORLDS = ("v1", "v2")
 QUESTIONS_PER_RELATION = 2
 DISTRACTOR_TEMPLATES = (
     "{name}, the {description}, is often visited in spring.",
@@ -33,18 +37,6 @@ DISTRACTOR_TEMPLATES = (
     "{name}, the {description}, is a favourite subject of painters.",
     "{name}, the {description}, is lit up at night during festivals.",
 )
-
-
-@dataclass
-class World:
-    """The whole synthetic world in memory."""
-
-    entities: list[Entity]
-    docs: list[Doc]
-    questions: dict[str, list[Question]]
-    """Split name -> its questions."""
-    split_of: dict[str, str]
-    """entity_id -> split name."""
 
 
 def make_world(num_entities: int, seed: int, image_size: int = 64, progress: bool = False) -> World:
@@ -100,24 +92,28 @@ def _entity_questions(
 
 
 def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_size: int = 64,
-                     kb_docs: int = 0) -> dict[str, int]:
-    """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json; returns the counts.
+                     kb_docs: int = 0, world: str = "v2") -> dict[str, int]:
+    """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json of `world`; returns the counts.
 
     `kb_docs` text distractor passages are appended to the KB (`mmrag.data.distractors`).
     """
-    world = make_world(num_entities, seed, image_size, progress=True)
+    if world not in WORLDS:
+        raise ValueError(f"data.world: expected one of {', '.join(WORLDS)}, got {world!r}")
+    drawn = (make_world if world == "v1" else make_world_v2)(num_entities, seed, image_size, progress=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_kb(world.docs, out)
-    counts = dataset_counts(world)
+    write_kb(drawn.docs, out)
+    counts = dataset_counts(drawn)
     if kb_docs:
         add_distractors(out, kb_docs, seed, progress=True)
         counts["kb_docs"] += kb_docs
         counts["kb_distractor_docs"] = kb_docs
     for split in SPLITS:
-        write_questions(world.questions[split], out, split)
+        write_questions(drawn.questions[split], out, split)
     manifest = {"schema_version": SCHEMA_VERSION, "generator": "mmrag.data.synth", "seed": seed,
                 "image_size": image_size, "counts": counts}
+    if world != "v1":  # v1's manifest stays as it always was
+        manifest = {**manifest, "generator": "mmrag.data.synth_v2", "world": world}
     (out / "dataset.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return counts
 
@@ -132,4 +128,8 @@ def dataset_counts(world: World) -> dict[str, int]:
     for split in SPLITS:
         counts[f"entities_{split}"] = sum(s == split for s in world.split_of.values())
         counts[f"questions_{split}"] = len(world.questions[split])
+        for kind in KINDS:
+            count = sum(q.kind == kind for q in world.questions[split])
+            if count:
+                counts[f"questions_{split}_{kind}"] = count
     return counts

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from mmrag.data.dataset import Doc, Question
 
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "diamond", "cross", "heart")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")
@@ -123,45 +126,56 @@ class Entity:
         return f"{self.colour} {self.texture} {self.shape} on {self.background}"
 
 
-def max_entities() -> int:
-    """Most entities the vocabularies allow: families of at most 3 over every (shape, colour, background)."""
-    return len(SHAPES) * len(COLOURS) * len(BACKGROUNDS) * 3
+V1_FAMILY_SIZES = (2, 3)
+"""Near-duplicate family sizes of world v1; world v2 draws larger families (`mmrag.data.synth_v2`)."""
 
 
-def family_sizes(num_entities: int, rng: random.Random) -> list[int]:
-    """Family sizes of 2 or 3 summing to `num_entities`; singletons only where needed for three splits."""
+def max_entities(sizes: tuple[int, int] = V1_FAMILY_SIZES) -> int:
+    """Most entities the vocabularies allow: families of at most max(sizes) over every (shape, colour, background)."""
+    return len(SHAPES) * len(COLOURS) * len(BACKGROUNDS) * max(sizes)
+
+
+def family_sizes(num_entities: int, rng: random.Random, sizes: tuple[int, int] = V1_FAMILY_SIZES) -> list[int]:
+    """Family sizes drawn from `sizes` (smallest, largest) summing to `num_entities`; smaller families only at the
+    end, where the remainder needs them, and singletons only where needed for three splits."""
+    smallest, largest = sizes
     available = len(SHAPES) * len(COLOURS) * len(BACKGROUNDS)
-    sizes: list[int] = []
+    drawn: list[int] = []
     remaining = num_entities
     while remaining > 0:
-        families_left = available - len(sizes) - 1
-        if remaining <= 3:
+        families_left = available - len(drawn) - 1
+        if remaining <= largest:
             size = remaining
-        elif remaining == 4:
-            size = 2  # 2 + 2 rather than 3 + a singleton
-        elif remaining - 2 > 3 * families_left:
-            size = 3  # too few looks left for the rest otherwise
+        elif remaining < largest + smallest:
+            size = remaining - smallest  # e.g. 2 + 2 rather than 3 + a singleton
+        elif remaining - smallest > largest * families_left:
+            size = largest  # too few looks left for the rest otherwise
         else:
-            size = rng.choice((2, 3))
-        sizes.append(size)
+            size = rng.choice(sizes)
+        drawn.append(size)
         remaining -= size
-    while len(sizes) < min(len(SPLITS), num_entities):
-        largest = sizes.index(max(sizes))
-        sizes[largest] -= 1
-        sizes.append(1)
-    return sizes
+    while len(drawn) < min(len(SPLITS), num_entities):
+        biggest = drawn.index(max(drawn))
+        drawn[biggest] -= 1
+        drawn.append(1)
+    return drawn
 
 
-def draw_entities(num_entities: int, rng: random.Random) -> list[Entity]:
-    """Entities e0000.. in families; every (shape, colour, texture, background) is used at most once."""
-    if not 1 <= num_entities <= max_entities():
-        raise ValueError(f"num_entities: expected 1..{max_entities()}, got {num_entities}")
+def draw_entities(num_entities: int, rng: random.Random, sizes: tuple[int, int] = V1_FAMILY_SIZES,
+                  forbidden_text: str | None = None) -> list[Entity]:
+    """Entities e0000.. in families of `sizes`; every (shape, colour, texture, background) is used at most once.
+
+    Minted words (names, cities, architects) avoid `forbidden_text` (default: v1's question templates).
+    """
+    if not 1 <= num_entities <= max_entities(sizes):
+        raise ValueError(f"num_entities: expected 1..{max_entities(sizes)}, got {num_entities}")
     looks = [(s, c, b) for s in SHAPES for c in COLOURS for b in BACKGROUNDS]
     rng.shuffle(looks)
-    templates = " ".join(t for r in RELATIONS.values() for t in r.question_templates)
-    mint = WordMint(rng, forbidden_text=templates)
+    if forbidden_text is None:
+        forbidden_text = " ".join(t for r in RELATIONS.values() for t in r.question_templates)
+    mint = WordMint(rng, forbidden_text=forbidden_text)
     entities: list[Entity] = []
-    for family, size in enumerate(family_sizes(num_entities, rng)):
+    for family, size in enumerate(family_sizes(num_entities, rng, sizes)):
         shape, colour, background = looks[family]
         textures = rng.sample(TEXTURES, size)
         family_facts = _distinct_facts(size, rng, mint)
@@ -183,6 +197,18 @@ def _distinct_facts(size: int, rng: random.Random, mint: WordMint) -> list[dict[
         for facts, value in zip(per_member, values):
             facts[relation.name] = value
     return per_member
+
+
+@dataclass
+class World:
+    """A whole synthetic world in memory (v1's `synth.make_world` or v2's `synth_v2.make_world_v2`)."""
+
+    entities: list[Entity]
+    docs: list[Doc]
+    questions: dict[str, list[Question]]
+    """Split name -> its questions."""
+    split_of: dict[str, str]
+    """entity_id -> split name."""
 
 
 def assign_splits(entities: list[Entity], rng: random.Random) -> dict[str, str]:

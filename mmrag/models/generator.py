@@ -4,8 +4,11 @@ The reranker's selection of documents arrives here as `evidence` (possibly empty
 the answer goes to the reward model. Two backends share one `.answer` signature:
 
 * `hf`: a frozen LVLM answering from a prompt that lists the evidence (GPU presets);
-* `extractive`: `ExtractiveReader`, which can only answer from the evidence it is
-  given, so retrieval quality decides the reward (local mode, tests).
+* `grounded`: `GroundedReader`, world v2's local-mode generator: the image through a frozen
+  visual reader, overridden by evidence that states the asked attribute; facts from the
+  evidence, in order; a two-fact answer needs both passages;
+* `extractive`: `ExtractiveReader`, world v1's, which can only answer from the evidence it is
+  given, so retrieval quality decides the reward.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ from __future__ import annotations
 from PIL import Image
 
 from mmrag.config import GeneratorConfig
+from mmrag.model_refs import resolve
 from mmrag.models.extractive_reader import ExtractiveReader
+from mmrag.models.grounded_reader import GroundedReader
 from mmrag.models.lvlm import check_batch_lengths, decode_response, fill_prompt, generate_token_ids, load_lvlm
+from mmrag.models.visual_reader import load_visual_reader
 
 NO_EVIDENCE = "(none)"
 
@@ -72,8 +78,22 @@ class ExtractiveGenerator:
         return self.reader.answer_batch(questions, evidence)
 
 
-def build_generator(cfg: GeneratorConfig, cache_dir: str, device: str = "cpu") -> LVLMGenerator | ExtractiveGenerator:
+class GroundedGenerator:
+    """`GroundedReader` behind the generator signature."""
+
+    def __init__(self, visual_reader_path: str):
+        self.reader = GroundedReader(load_visual_reader(visual_reader_path))
+
+    def answer(self, images: list[Image.Image | None], questions: list[str], evidence: list[list[str]]) -> list[str]:
+        check_batch_lengths(images=images, questions=questions, evidence=evidence)
+        return self.reader.answer_batch(images, questions, evidence)
+
+
+def build_generator(cfg: GeneratorConfig, cache_dir: str,
+                    device: str = "cpu") -> LVLMGenerator | GroundedGenerator | ExtractiveGenerator:
     """The backend named by `generator.backend`."""
+    if cfg.backend == "grounded":
+        return GroundedGenerator(resolve(cfg.visual_reader, cache_dir))
     if cfg.backend == "extractive":
         return ExtractiveGenerator()
     if cfg.backend == "hf":
@@ -81,4 +101,4 @@ def build_generator(cfg: GeneratorConfig, cache_dir: str, device: str = "cpu") -
             raise ValueError("generator.model: required for backend 'hf' (an HF id, a local path or zoo:NAME)")
         model, processor = load_lvlm(cfg.model, cache_dir, cfg.dtype, device)
         return LVLMGenerator(model, processor, cfg)
-    raise ValueError(f"generator.backend: expected 'extractive' or 'hf', got {cfg.backend!r}")
+    raise ValueError(f"generator.backend: expected 'grounded', 'extractive' or 'hf', got {cfg.backend!r}")

@@ -22,6 +22,7 @@ its image embedding carries no shape either (a linear probe reads shape 16% righ
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +34,12 @@ from PIL import Image
 from torch import nn
 
 from mmrag.config import TranslatorConfig
+from mmrag.data.question_kinds import question_texts
+from mmrag.data.render import render_entity
 from mmrag.data.synth import RELATIONS, make_world
-from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
+from mmrag.data.synth_v2 import draw_entities_v2
+from mmrag.data.wording import CAPTIONER_WORDING
+from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES, Entity
 from mmrag.model_refs import resolve
 from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, response_token_ids, sequence_logprobs
 from mmrag.zoo.fitting import run_fit
@@ -51,6 +56,13 @@ VISION_BATCH_SIZE = 32
 VISION_LEARNING_RATE = 3e-3
 ATTRIBUTE_LOSS_WEIGHT = 1.0
 """Weight of the attribute loss beside the description loss in the second stage."""
+V2_FIT_ENTITIES = 300
+V2_HELDOUT_ENTITIES = 40
+V2_WORLD_SEED_OFFSET = 2200
+V2_HELDOUT_SEED_OFFSET = 2700
+V2_VIEWS_PER_ENTITY = 3
+V2_STEPS = 120
+V2_LEARNING_RATE = 1e-3
 
 
 @dataclass
@@ -60,6 +72,12 @@ class CaptionExample:
     """"{colour} {texture} {shape} on {background}"."""
     attributes: dict[str, str]
     """colour / texture / shape / background -> the entity's word."""
+
+
+def caption_target_v2(example: CaptionExample, question: str, rng: random.Random) -> str:
+    """The v2 captioner's own style (`CAPTIONER_WORDING`), a quarter of the time followed by the question."""
+    description = rng.choice(CAPTIONER_WORDING.descriptions).format(**example.attributes)
+    return f"{description} {question.lower().rstrip('?.')}" if rng.random() < 0.25 else description
 
 
 def caption_target(example: CaptionExample, question: str, rng: random.Random) -> str:
@@ -84,12 +102,21 @@ def load_examples(num_entities: int, seed: int) -> list[CaptionExample]:
     by_id = {entity.entity_id: entity for entity in world.entities}
     pictures = [(doc.image, by_id[doc.entity_id]) for doc in world.docs if doc.image is not None]
     pictures += [(q.image, by_id[q.entity_id]) for split in world.questions.values() for q in split]
-    return [
-        CaptionExample(image, entity.description, {
-            "colour": entity.colour, "texture": entity.texture, "shape": entity.shape, "background": entity.background,
-        })
-        for image, entity in pictures
-    ]
+    return [_example(image, entity) for image, entity in pictures]
+
+
+def _example(image: Image.Image, entity: Entity) -> CaptionExample:
+    return CaptionExample(image, entity.description, {
+        "colour": entity.colour, "texture": entity.texture, "shape": entity.shape, "background": entity.background,
+    })
+
+
+def load_examples_v2(num_entities: int, seed: int, views: int = V2_VIEWS_PER_ENTITY) -> list[CaptionExample]:
+    """Canonical pictures and augmented views of a world-v2-like world of the captioner's own (no KB, no text)."""
+    entities = draw_entities_v2(num_entities, random.Random(seed))
+    view_rng = np.random.default_rng(seed)
+    return [_example(render_entity(entity, 64, view), entity)
+            for entity in entities for view in [None, *[view_rng] * views]]
 
 
 def question_templates() -> list[str]:
@@ -156,32 +183,44 @@ def fit_vision(model, processor, heads: AttributeHeads, examples: list[CaptionEx
 
 
 def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
-        batch_size: int = BATCH_SIZE, heads: AttributeHeads | None = None) -> list[float]:
+        batch_size: int = BATCH_SIZE, heads: AttributeHeads | None = None, target=caption_target,
+        templates: list[str] | None = None, name: str = "tiny-lvlm-captioner", vision_frozen: bool = False,
+        learning_rate: float = LEARNING_RATE) -> list[float]:
     """Stage two, teacher forcing: mean negative log-likelihood of the assistant tokens (and end of turn),
-    plus `ATTRIBUTE_LOSS_WEIGHT` x the attribute loss of `heads` (new heads when None)."""
+    plus `ATTRIBUTE_LOSS_WEIGHT` x the attribute loss of `heads` (new heads when None). `target` writes
+    the assistant text, prompts ask `templates` (default: v1's question templates). With `vision_frozen`
+    the vision tower keeps its weights and there is no attribute loss (a refit that only rewords)."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     heads = attribute_heads_for(model, processor) if heads is None else heads
-    templates = question_templates()
-    optimizer = torch.optim.AdamW([*model.parameters(), *heads.parameters()], lr=LEARNING_RATE, weight_decay=0.01)
+    templates = question_templates() if templates is None else templates
+    if vision_frozen:
+        model.model.visual.requires_grad_(False)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+    else:
+        trainable = [*model.parameters(), *heads.parameters()]
+    optimizer = torch.optim.AdamW(trainable, lr=learning_rate, weight_decay=0.01)
 
     def batch_loss() -> torch.Tensor:
         batch = rng.sample(examples, batch_size)
         questions = [rng.choice(templates) for _ in batch]
-        targets = [caption_target(example, q, rng) for example, q in zip(batch, questions)]
+        targets = [target(example, q, rng) for example, q in zip(batch, questions)]
         token_count = sum(len(response_token_ids(processor, t)) for t in targets)
         images = [e.image for e in batch]
         logprobs = sequence_logprobs(model, processor, images, [translator_prompt(q) for q in questions], targets)
+        if vision_frozen:
+            return -logprobs.sum() / token_count
         attributes = heads.loss(image_features(model, processor, images), batch)
         return -logprobs.sum() / token_count + ATTRIBUTE_LOSS_WEIGHT * attributes
 
-    return run_fit(model, optimizer, _one_cycle(optimizer, LEARNING_RATE, steps), steps, "tiny-lvlm-captioner",
-                   batch_loss)
+    losses = run_fit(model, optimizer, _one_cycle(optimizer, learning_rate, steps), steps, name, batch_loss)
+    model.requires_grad_(True)
+    return losses
 
 
 def named_attribute(text: str, kind: str, attributes: dict[str, str]) -> bool:
-    """The text names the image's `kind` attribute and no other word of that vocabulary."""
-    return set(text.lower().split()) & set(attribute_vocabularies()[kind]) == {attributes[kind]}
+    """The text names the image's `kind` attribute and no other word of that vocabulary (punctuation aside)."""
+    return set(re.findall(r"[a-z]+", text.lower())) & set(attribute_vocabularies()[kind]) == {attributes[kind]}
 
 
 def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
@@ -189,10 +228,11 @@ def describes_correctly(text: str, attributes: dict[str, str]) -> bool:
     return all(named_attribute(text, kind, attributes) for kind in attribute_vocabularies())
 
 
-def greedy_description_accuracy(model, processor, examples: list[CaptionExample], seed: int) -> dict:
+def greedy_description_accuracy(model, processor, examples: list[CaptionExample], seed: int,
+                                templates: list[str] | None = None) -> dict:
     """Fraction of greedy queries that name the image's colour, texture, shape and background, and of each alone."""
     rng = random.Random(seed)
-    templates = question_templates()
+    templates = question_templates() if templates is None else templates
     prompts = [translator_prompt(rng.choice(templates)) for _ in examples]
     texts: list[str] = []
     for start in range(0, len(examples), 16):
@@ -229,4 +269,29 @@ def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: i
         "fit_seconds": round(time.perf_counter() - started, 1),
         "train_entities": FIT_ENTITIES,
         "heldout_entities": HELDOUT_ENTITIES,
+    }
+
+
+def build_tiny_lvlm_captioner_v2(out_dir: Path, cache_dir: str, seed: int, steps: int = V2_STEPS) -> dict:
+    """`zoo:tiny-lvlm-captioner` refitted to describe pictures in its own style (`CAPTIONER_WORDING`), on a
+    world of its own, prompted with world v2's questions; no text it sees shares a template with the v2 KB.
+    Its vision tower is kept frozen: it already reads the attributes, only the wording is new."""
+    model, processor = load_lvlm(resolve("zoo:tiny-lvlm-captioner", cache_dir, seed), cache_dir)
+    started = time.perf_counter()
+    examples = load_examples_v2(V2_FIT_ENTITIES, seed + V2_WORLD_SEED_OFFSET)
+    heldout = load_examples_v2(V2_HELDOUT_ENTITIES, seed + V2_HELDOUT_SEED_OFFSET, views=2)
+    templates = question_texts()
+    losses = fit(model, processor, examples, steps, seed, target=caption_target_v2, templates=templates,
+                 name="tiny-lvlm-captioner-v2", vision_frozen=True, learning_rate=V2_LEARNING_RATE)
+    model.save_pretrained(out_dir)
+    processor.save_pretrained(out_dir)
+    return {
+        **greedy_description_accuracy(model, processor, heldout, seed, templates),
+        "warm_start": "zoo:tiny-lvlm-captioner",
+        "steps": steps,
+        "first_loss": round(losses[0], 3),
+        "final_loss": round(float(np.mean(losses[-10:])), 3),
+        "fit_seconds": round(time.perf_counter() - started, 1),
+        "train_entities": V2_FIT_ENTITIES,
+        "heldout_entities": V2_HELDOUT_ENTITIES,
     }

@@ -22,7 +22,11 @@ import open_clip
 import torch
 import torch.nn.functional as F
 
+from mmrag.data.question_kinds import ONE_FACT_TEMPLATES
+from mmrag.data.render import render_entity
 from mmrag.data.synth import RELATIONS, make_world
+from mmrag.data.synth_v2 import draw_entities_v2
+from mmrag.data.wording import GENERIC_WORDING
 from mmrag.model_refs import resolve
 from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
 from mmrag.zoo.fitting import run_fit
@@ -36,6 +40,12 @@ STEPS = 300
 FAMILIES_PER_BATCH = 12
 LEARNING_RATE = 1e-3
 WARMUP_STEPS = 20
+V2_FIT_ENTITIES = 200
+V2_HELDOUT_ENTITIES = 100
+V2_WORLD_SEED_OFFSET = 1200
+V2_HELDOUT_SEED_OFFSET = 1700
+V2_VIEWS_PER_ENTITY = 3
+V2_STEPS = 60
 
 
 @dataclass
@@ -57,11 +67,13 @@ class ContrastiveWorld:
     """Texts of the remaining KB docs (captions, distractors): extra candidates at evaluation."""
 
 
-def aspect_phrases() -> dict[str, list[str]]:
-    """Relation -> phrases a query may append to a description to ask for that aspect."""
+def aspect_phrases(question_templates: dict[str, tuple[str, ...]] | None = None) -> dict[str, list[str]]:
+    """Relation -> phrases a query may append to a description to ask for that aspect (from v1's question
+    templates, or from `question_templates`: relation -> its questions)."""
+    if question_templates is None:
+        question_templates = {name: relation.question_templates for name, relation in RELATIONS.items()}
     return {
-        name: [t.lower().rstrip("?") for t in relation.question_templates]
-        + [" ".join(relation.keywords), name]
+        name: [t.lower().rstrip("?") for t in question_templates[name]] + [" ".join(relation.keywords), name]
         for name, relation in RELATIONS.items()
     }
 
@@ -90,6 +102,31 @@ def load_world(num_entities: int, seed: int, preprocess) -> ContrastiveWorld:
     )
 
 
+def load_generic_world(num_entities: int, seed: int, preprocess) -> ContrastiveWorld:
+    """A world of tiny-clip-v2's own: its entities' views, and captions and passages in `GENERIC_WORDING`."""
+    rng = random.Random(seed)
+    entities = draw_entities_v2(num_entities, rng)
+    view_rng = np.random.default_rng(seed)
+    images, image_entity = [], []
+    for index, entity in enumerate(entities):
+        for _ in range(V2_VIEWS_PER_ENTITY):
+            images.append(preprocess(render_entity(entity, 64, view_rng)))
+            image_entity.append(index)
+    families: dict[int, list[int]] = {}
+    for index, entity in enumerate(entities):
+        families.setdefault(entity.family, []).append(index)
+    return ContrastiveWorld(
+        images=torch.stack(images),
+        image_entity=image_entity,
+        captions=[GENERIC_WORDING.caption(entity, rng) for entity in entities],
+        descriptions=[GENERIC_WORDING.describe(entity, rng) for entity in entities],
+        families=list(families.values()),
+        passages={(index, relation): GENERIC_WORDING.fact(entity, relation, rng)
+                  for index, entity in enumerate(entities) for relation in RELATIONS},
+        other_docs=[],
+    )
+
+
 def clip_loss(a: torch.Tensor, b: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
     """Symmetric InfoNCE: row i of `a` matches row i of `b`, every other row is a negative."""
     logits = logit_scale.exp() * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
@@ -100,11 +137,12 @@ def clip_loss(a: torch.Tensor, b: torch.Tensor, logit_scale: torch.Tensor) -> to
 class ContrastiveBatches:
     """Draws (image, caption) and (description + aspect, passage) pairs, whole families at a time."""
 
-    def __init__(self, world: ContrastiveWorld, rng: random.Random, families_per_batch: int) -> None:
+    def __init__(self, world: ContrastiveWorld, rng: random.Random, families_per_batch: int,
+                 phrases: dict[str, list[str]] | None = None) -> None:
         self.world = world
         self.rng = rng
         self.families_per_batch = families_per_batch
-        self.phrases = aspect_phrases()
+        self.phrases = aspect_phrases() if phrases is None else phrases
         self.views_of: dict[int, list[int]] = {}
         for view, entity in enumerate(world.image_entity):
             self.views_of.setdefault(entity, []).append(view)
@@ -122,10 +160,11 @@ class ContrastiveBatches:
 
 
 def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
-        families_per_batch: int = FAMILIES_PER_BATCH) -> list[float]:
+        families_per_batch: int = FAMILIES_PER_BATCH, phrases: dict[str, list[str]] | None = None,
+        name: str = "tiny-clip") -> list[float]:
     """AdamW with warmup + cosine decay on the two contrastive losses; returns per-step losses."""
     torch.manual_seed(seed)
-    batches = ContrastiveBatches(world, random.Random(seed), families_per_batch)
+    batches = ContrastiveBatches(world, random.Random(seed), families_per_batch, phrases)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.05)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
         (step + 1) / WARMUP_STEPS, 0.5 * (1 + math.cos(math.pi * step / steps))))
@@ -137,7 +176,7 @@ def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
                               model.logit_scale)
         return image_loss + text_loss
 
-    return run_fit(model, optimizer, schedule, steps, "tiny-clip", batch_loss)
+    return run_fit(model, optimizer, schedule, steps, name, batch_loss)
 
 
 @torch.no_grad()
@@ -147,7 +186,8 @@ def _encode_texts(model, tokenizer, texts: list[str]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, world: ContrastiveWorld) -> dict[str, float]:
+def evaluate(model, tokenizer, world: ContrastiveWorld, phrases: dict[str, list[str]] | None = None
+             ) -> dict[str, float]:
     """Top-1 retrieval accuracies on `world`: image -> own caption, description + aspect -> own passage."""
     model.eval()
     images = F.normalize(model.encode_image(world.images), dim=-1)
@@ -158,7 +198,7 @@ def evaluate(model, tokenizer, world: ContrastiveWorld) -> dict[str, float]:
     # candidates are every text doc of the KB: all passages, captions and distractors.
     keys = list(world.passages)
     candidates = _encode_texts(model, tokenizer, [world.passages[k] for k in keys] + world.other_docs)
-    phrases = aspect_phrases()
+    phrases = aspect_phrases() if phrases is None else phrases
     queries = [f"{world.descriptions[e]} {phrase}" for e, relation in keys for phrase in phrases[relation][:2]]
     targets = np.repeat(np.arange(len(keys)), 2)
     predicted = (_encode_texts(model, tokenizer, queries) @ candidates.T).argmax(dim=1).numpy()
@@ -187,4 +227,29 @@ def build_tiny_clip(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS
         "fit_seconds": round(time.perf_counter() - started, 1),
         "train_entities": FIT_ENTITIES,
         "heldout_entities": HELDOUT_ENTITIES,
+    }
+
+
+def build_tiny_clip_v2(out_dir: Path, cache_dir: str, seed: int, steps: int = V2_STEPS) -> dict:
+    """`zoo:tiny-clip` refitted on generic caption-passage pairs (`GENERIC_WORDING`, world v2's vocabulary and
+    synonyms, none of its KB templates), queries asking world v2's one-fact questions; held-out figures."""
+    model, preprocess = create_tiny_clip(resolve("zoo:tiny-clip", cache_dir, seed))
+    tokenizer = open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME)
+    started = time.perf_counter()
+    phrases = aspect_phrases(ONE_FACT_TEMPLATES)
+    train_world = load_generic_world(V2_FIT_ENTITIES, seed + V2_WORLD_SEED_OFFSET, preprocess)
+    heldout_world = load_generic_world(V2_HELDOUT_ENTITIES, seed + V2_HELDOUT_SEED_OFFSET, preprocess)
+    before = evaluate(model, tokenizer, heldout_world, phrases)
+    losses = fit(model, tokenizer, train_world, steps, seed, phrases=phrases, name="tiny-clip-v2")
+    save_checkpoint(model, out_dir / CHECKPOINT_FILE)
+    return {
+        **evaluate(model, tokenizer, heldout_world, phrases),
+        "heldout_before_fit": before,
+        "warm_start": "zoo:tiny-clip",
+        "steps": steps,
+        "first_loss": round(losses[0], 3),
+        "final_loss": round(float(np.mean(losses[-10:])), 3),
+        "fit_seconds": round(time.perf_counter() - started, 1),
+        "train_entities": V2_FIT_ENTITIES,
+        "heldout_entities": V2_HELDOUT_ENTITIES,
     }

@@ -136,9 +136,9 @@ def build_model_config(processor: Qwen2VLProcessor, text: dict = TINY_TEXT, visi
     )
 
 
-def tokenizer_corpus(seed: int) -> list[str]:
+def tokenizer_corpus(seed: int, num_entities: int = CORPUS_ENTITIES) -> list[str]:
     """Text the tokenizer learns merges from: a synthetic world's KB text, questions and prompts."""
-    world = make_world(num_entities=CORPUS_ENTITIES, seed=seed)
+    world = make_world(num_entities=num_entities, seed=seed)
     templates = [t for relation in RELATIONS.values() for t in relation.question_templates]
     descriptions = [entity.description for entity in world.entities]
     prompts = [TranslatorConfig().prompt_template, GeneratorConfig().prompt_template, "unknown", "(none)"]
