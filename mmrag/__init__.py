@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     """`mmrag.Pipeline`, imported on first use: `import mmrag.<module>` stays free of torch and transformers."""
     if name == "Pipeline":
-        from mmrag.pipeline_api import Pipeline
+        from mmrag.serving.pipeline_api import Pipeline
 
         return Pipeline
     raise AttributeError(f"module 'mmrag' has no attribute {name!r}")

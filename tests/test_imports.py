@@ -31,6 +31,12 @@ PENDING = {
 }
 """Files (relative to the repository root) left out of every check until their owners are done."""
 
+LAZY_EXPORTS = {
+    "mmrag/__init__.py": "`mmrag.Pipeline` (PEP 562 `__getattr__`), imported on first use so that importing any "
+                         "mmrag module stays free of torch; no module of the repository goes through it",
+}
+"""Files whose late imports are public re-exports on first use: outside the import graph and the late-import rule."""
+
 
 @dataclass(frozen=True)
 class Import:
@@ -113,7 +119,8 @@ def comment_lines(path: Path) -> set[int]:
 def checked() -> tuple[dict[str, Path], list[Import]]:
     modules = source_files()
     included = {m: p for m, p in modules.items() if str(p.relative_to(ROOT)) not in PENDING}
-    return modules, [imp for module in included for imp in imports_of(module, modules)]
+    return modules, [imp for module in included for imp in imports_of(module, modules)
+                     if not (imp.late and imp.path in LAZY_EXPORTS)]
 
 
 def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
