@@ -273,12 +273,15 @@ def answers(cfg: Config, bodies: list[dict]) -> list[str]:
     return replies
 
 
-def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int, dict], load: dict,
-           overload: dict, failed: dict, cfg: Config, args: argparse.Namespace) -> str:
+def report(figures: dict, cfg: Config, args: argparse.Namespace) -> str:
+    """The Markdown section of `figures` (what `measure` returned, or, after `--overhead-only`, the previous
+    figures with the overhead re-measured)."""
+    options, batching, levels = figures["options"], figures["batching"], figures["concurrency"]
+    load, overload, failed = figures["load"], figures["overload"], figures["failure"]
     option_rows = [[name, f"{row['inprocess_p50_ms']:.1f}", f"{row['http_p50_ms']:.1f}", f"{row['overhead_ms']:.1f}",
                     *(f"{row['stages_p50_ms'][key]:.1f}" for key in (*STAGE_COLUMNS, EDGE))]
                    for name, row in options.items()]
-    level_rows = [[str(c), str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
+    level_rows = [[str(c), str(row.get("requests", "-")), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
                    f"{row['req_per_s']:.1f}", str(row["errors"])] for c, row in levels.items()]
     batching_rows = [[name, str(row["requests"]), f"{row['p50_ms']:.0f}", f"{row['p95_ms']:.0f}",
                       f"{row['req_per_s']:.1f}", str(row["errors"])] for name, row in batching.items()]
@@ -290,6 +293,9 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
         f"{portable_assignment(f'checkpoint={args.checkpoint}')}; "
         f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
         "in-process and replicas on 1 torch thread each.", "",
+        *([f"This run re-measured only the option \"as configured\" (`--overhead-only`, {figures['date']}); "
+           f"every other figure is from the full run of {figures['full_run_date']}.", ""]
+          if figures["overhead_only"] else []),
         "Options, served as `mmrag serve` does unless said (sequential; ms, medians; stage columns are the API's "
         "timings, transfer = time in calls between processes beyond the stages' work, HTTP edge = what the client "
         "waited beyond the API's total):", "",
@@ -322,7 +328,7 @@ def report(options: dict[str, dict], batching: dict[str, dict], levels: dict[int
     ])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_options(parser)
@@ -335,73 +341,109 @@ def main() -> None:
     parser.add_argument("--overload-seconds", type=float, default=15.0, help="overload test length (default 15)")
     parser.add_argument("--failure-seconds", type=float, default=40.0,
                         help="replica failure test length, two replicas killed in it (default 40)")
+    parser.add_argument("--overhead-only", action="store_true",
+                        help="measure only the overhead as configured (part 1's last option); keep every other "
+                             "figure of benchmarks/results/serve.json")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and serve.json alone")
-    args = parser.parse_args()
-    cfg = config_from_args(args)
-    torch.set_num_threads(1)  # as in each replica, where Ray sets OMP_NUM_THREADS from its CPUs
+    return parser.parse_args()
 
+
+@contextlib.contextmanager
+def benchmark_ray(cfg: Config):
+    """A local Ray with Serve's proxy on serving.port + 1 (for the option behind it), shut down afterwards."""
+    ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": cfg.serving.host, "port": cfg.serving.port + 1,
+                              "request_timeout_s": cfg.serving.body_timeout_s + cfg.serving.request_timeout_s})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+
+def measure(args: argparse.Namespace, cfg: Config) -> dict:
+    """Every part of the benchmark (only the overhead as configured with `--overhead-only`): its figures."""
+    torch.set_num_threads(1)  # as in each replica, where Ray sets OMP_NUM_THREADS from its CPUs
     pipeline = LocalPipeline.from_config(cfg, checkpoint=args.checkpoint)
     questions, bodies = request_bodies(cfg, args.questions)
     url = f"http://{cfg.serving.host}:{cfg.serving.port}/v1/answer"
-    proxy_port = cfg.serving.port + 1
     timeout_s = cfg.serving.body_timeout_s + cfg.serving.request_timeout_s + 10
-    ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": cfg.serving.host, "port": proxy_port,
-                              "request_timeout_s": cfg.serving.body_timeout_s + cfg.serving.request_timeout_s})
+    options_measured = OPTIONS[-1:] if args.overhead_only else OPTIONS
     server, logs = None, Path(tempfile.mkdtemp(prefix="serve-benchmark-"))
-    try:
-        options = {}
-        for name, overrides in OPTIONS:
-            behind_proxy = name == PROXY_OPTION
-            server = deploy(args, overrides, server, logs, behind_proxy)
-            options[name] = sequential(pipeline, questions, bodies, cfg.serving.host,
-                                       proxy_port if behind_proxy else cfg.serving.port)
-            print(name, {k: round(v, 1) for k, v in options[name].items() if k != "stages_p50_ms"}, flush=True)
-        batching = {}
-        for max_batch_size, wait_s in BATCHING:
-            server = deploy(args, [f"serving.max_batch_size={max_batch_size}",
-                                   f"serving.batch_wait_timeout_s={wait_s}"], server, logs)
-            name = f"{max_batch_size}, {wait_s * 1000:g} ms"
-            asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s, count=BATCHING_CONCURRENCY))
-            batching[name] = summary(*asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s,
-                                                              count=6 * BATCHING_CONCURRENCY)))
-            print("batching", name, batching[name], flush=True)
-        server = deploy(args, [], server, logs)
-        levels = {}
-        for concurrency in args.levels:
-            asyncio.run(closed_loop(url, bodies, concurrency, timeout_s, count=concurrency))  # warm-up
-            levels[concurrency] = summary(*asyncio.run(closed_loop(url, bodies, concurrency, timeout_s,
-                                                                   count=max(4 * concurrency, 32))))
-            print("concurrency", concurrency, levels[concurrency], flush=True)
-        load = summary(*asyncio.run(closed_loop(url, bodies, 64, timeout_s, seconds=args.load_seconds)))
-        load.update({"seconds": args.load_seconds, "timeout_s": timeout_s})
-        print("load", load, flush=True)
-        capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
-        overload = overload_summary(*asyncio.run(closed_loop(url, bodies, 2 * capacity, timeout_s,
-                                                             seconds=args.overload_seconds, honour_retry_after=True)))
-        overload.update({"concurrency": 2 * capacity, "seconds": args.overload_seconds})
-        print("overload", overload, flush=True)
-        before = answers(cfg, bodies[:FAILURE_CONCURRENCY])
-        failed = asyncio.run(failure(url, bodies, timeout_s, args.failure_seconds,
-                                     "+".join(cfg.serving.stage_groups[-1])))
-        failed["answers_after_equal_before"] = answers(cfg, bodies[:FAILURE_CONCURRENCY]) == before
-        print("failure", failed, flush=True)
-    finally:
-        if server is not None:
-            stop_server(server)
-        serve.shutdown()
-        ray.shutdown()
-    configured = options["as configured"]
-    figures = {
-        "inprocess_p50_ms": configured["inprocess_p50_ms"], "http_p50_ms": configured["http_p50_ms"],
-        "overhead_ms": configured["overhead_ms"],
-        "concurrency": {str(c): {key: row[key] for key in ("p50_ms", "p95_ms", "req_per_s", "errors")}
-                        for c, row in levels.items()},
-        "options": options, "batching": batching, "load": load, "overload": overload, "failure": failed,
-        "machine": machine(with_load=True),
-        "date": datetime.date.today().isoformat()}
-    publish_figures(report(options, batching, levels, load, overload, failed, cfg, args), figures, RESULTS_JSON,
-                    write=not args.print_only)
+    figures: dict = {}
+    with benchmark_ray(cfg):
+        try:
+            options = {}
+            for name, overrides in options_measured:
+                behind_proxy = name == PROXY_OPTION
+                server = deploy(args, overrides, server, logs, behind_proxy)
+                options[name] = sequential(pipeline, questions, bodies, cfg.serving.host,
+                                           cfg.serving.port + 1 if behind_proxy else cfg.serving.port)
+                print(name, {k: round(v, 1) for k, v in options[name].items() if k != "stages_p50_ms"}, flush=True)
+            figures["options"] = options
+            if not args.overhead_only:
+                server = measure_under_concurrency(args, cfg, url, bodies, timeout_s, server, logs, figures)
+        finally:
+            if server is not None:
+                stop_server(server)
+    configured = figures["options"]["as configured"]
+    figures.update({key: configured[key] for key in ("inprocess_p50_ms", "http_p50_ms", "overhead_ms")})
+    figures.update({"machine": machine(with_load=True), "date": datetime.date.today().isoformat(),
+                    "overhead_only": args.overhead_only})
+    return figures
+
+
+def measure_under_concurrency(args: argparse.Namespace, cfg: Config, url: str, bodies: list[dict], timeout_s: float,
+                              server: subprocess.Popen | None, logs: Path, figures: dict) -> subprocess.Popen:
+    """Parts 2-6 into `figures` (batching, concurrency, load, overload, failure); the server left running."""
+    batching = {}
+    for max_batch_size, wait_s in BATCHING:
+        server = deploy(args, [f"serving.max_batch_size={max_batch_size}", f"serving.batch_wait_timeout_s={wait_s}"],
+                        server, logs)
+        name = f"{max_batch_size}, {wait_s * 1000:g} ms"
+        asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s, count=BATCHING_CONCURRENCY))
+        batching[name] = summary(*asyncio.run(closed_loop(url, bodies, BATCHING_CONCURRENCY, timeout_s,
+                                                          count=6 * BATCHING_CONCURRENCY)))
+        print("batching", name, batching[name], flush=True)
+    server = deploy(args, [], server, logs)
+    levels = {}
+    for concurrency in args.levels:
+        asyncio.run(closed_loop(url, bodies, concurrency, timeout_s, count=concurrency))  # warm-up
+        levels[str(concurrency)] = summary(*asyncio.run(closed_loop(url, bodies, concurrency, timeout_s,
+                                                                    count=max(4 * concurrency, 32))))
+        print("concurrency", concurrency, levels[str(concurrency)], flush=True)
+    load = summary(*asyncio.run(closed_loop(url, bodies, 64, timeout_s, seconds=args.load_seconds)))
+    load.update({"seconds": args.load_seconds, "timeout_s": timeout_s})
+    print("load", load, flush=True)
+    capacity = cfg.serving.ingress_replicas * cfg.serving.max_ongoing_requests + cfg.serving.max_queued_requests
+    overload = overload_summary(*asyncio.run(closed_loop(url, bodies, 2 * capacity, timeout_s,
+                                                         seconds=args.overload_seconds, honour_retry_after=True)))
+    overload.update({"concurrency": 2 * capacity, "seconds": args.overload_seconds})
+    print("overload", overload, flush=True)
+    before = answers(cfg, bodies[:FAILURE_CONCURRENCY])
+    failed = asyncio.run(failure(url, bodies, timeout_s, args.failure_seconds, "+".join(cfg.serving.stage_groups[-1])))
+    failed["answers_after_equal_before"] = answers(cfg, bodies[:FAILURE_CONCURRENCY]) == before
+    print("failure", failed, flush=True)
+    figures.update({"batching": batching, "concurrency": levels, "load": load, "overload": overload,
+                    "failure": failed})
+    return server
+
+
+def with_previous_figures(measured: dict) -> dict:
+    """`--overhead-only`: the figures of the last full run (serve.json), the overhead's replaced by `measured`."""
+    previous = json.loads(RESULTS_JSON.read_text())
+    options = {**previous["options"], **measured["options"]}
+    return {**previous, **measured, "options": options,
+            "full_run_date": previous.get("full_run_date", previous["date"])}
+
+
+def main() -> None:
+    args = parse_args()
+    cfg = config_from_args(args)
+    measured = measure(args, cfg)
+    figures = with_previous_figures(measured) if args.overhead_only else {**measured,
+                                                                          "full_run_date": measured["date"]}
+    publish_figures(report(figures, cfg, args), figures, RESULTS_JSON, write=not args.print_only)
 
 
 if __name__ == "__main__":

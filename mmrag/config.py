@@ -362,7 +362,7 @@ class ServingConfig:
     first_group_in_ingress: bool = False
     """Run the first stage group in the ingress replicas: one hop less (`mmrag serve` retries them like any)."""
     image_reference_min_bytes: int = 102400
-    """Pixel bytes from which an image several deployments read goes to the object store once (else, with each call)."""
+    """Encoded bytes from which an image several deployments read goes to the object store once (else, with each call)."""
     max_queued_requests: int = 32
     """Requests held for the ingress beyond those its replicas work on (per caller: the front, each proxy); then 503."""
     retry_after_s: int = 1
@@ -375,6 +375,10 @@ class ServingConfig:
     """Seconds between Serve's health checks of each replica (how soon a dead replica is replaced)."""
     graceful_shutdown_timeout_s: float = 2.0
     """Longest a stopping replica waits for its requests in flight (Serve takes it all from a model replica)."""
+    api_key: str = ""
+    """Bearer token every route but /healthz requires ("": $MMRAG_API_KEY if set, else none is required)."""
+    model_name: str = "mmrag"
+    """The model id of the OpenAI-compatible routes (`GET /v1/models`; a chat request must name it)."""
 
 
 @dataclass

@@ -4,14 +4,26 @@ Loads RUN_DIR/export of a training run (`--checkpoint`) and the index of the con
 the Serve application (the stage groups of `serving.stage_groups` behind the ingress
 deployment), and answers HTTP on serving.host:serving.port (OpenAPI at /docs) from this
 process: the front validates each request and calls the ingress by handle, sending a request
-again when the ingress replica it was on dies (actors/serving/front.py). Runs until Ctrl-C or
-SIGTERM (what process managers and container runtimes send): either stops the front, deletes
-the application, shuts Ray down if this command started it, and exits with status 0. The same
-application runs behind Serve's own proxy under `serve run configs/serve/local.yaml`.
+again when the ingress replica it was on dies (actors/serving/front.py). The same routes
+speak OpenAI's chat completions (`/v1/chat/completions`, `/v1/models`), and require a Bearer
+key when `serving.api_key` or $MMRAG_API_KEY is set.
+
+Replicated fronts: more `mmrag serve` processes joined to the same cluster (`--address`) with
+the same `--name` attach to the application the first one deployed instead of deploying it
+again, each answering on its own port (behind a load balancer, say). Runs until Ctrl-C or
+SIGTERM (what process managers and container runtimes send): either stops the front; the
+front that deployed the application then deletes it, unless other fronts still use it
+(actors/serving/front_registry.py); a front that attached never deletes it. Then it shuts
+Ray down if this command started it (taking the application with it) and exits with
+status 0. The same application runs behind Serve's own proxy under
+`serve run configs/serve/local.yaml`.
 
   curl -s localhost:8000/v1/answer -H 'content-type: application/json' \\
        -d '{"image": "'$(base64 -w0 photo.png)'", "question": "When was this built?"}'
   curl -s localhost:8000/v1/answer -F image=@photo.png -F question='When was this built?'
+  curl -s localhost:8000/v1/chat/completions -H 'content-type: application/json' -d '{"model": "mmrag",
+       "messages": [{"role": "user", "content": [{"type": "text", "text": "When was this built?"},
+       {"type": "image_url", "image_url": {"url": "data:image/png;base64,'$(base64 -w0 photo.png)'"}}]}]}'
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 
 import ray
@@ -26,6 +39,7 @@ from ray import serve
 
 from actors.serving.app import api_settings, pipeline_app
 from actors.serving.front import HttpFront
+from actors.serving.front_registry import front_registry
 from cluster.connect import connect
 from pipelines.options import add_config_options, config_from_args, run_main
 
@@ -58,14 +72,19 @@ def run(args: argparse.Namespace) -> int:
     for stop_signal in STOP_SIGNALS:
         signal.signal(stop_signal, _stop)
     serving = cfg.serving
+    front_id, registry, created = f"{socket.gethostname()}:{os.getpid()}", front_registry(), False
     try:
         # The front answers HTTP: Serve's proxy, were it started here, would only compete for the port.
+        # (On a cluster whose Serve runs already, its settings stay as they are.)
         serve.start(proxy_location="Disabled")
-        ingress = serve.run(app, name=args.name, route_prefix=None)
+        created = args.name not in serve.status().applications
+        ingress = serve.run(app, name=args.name, route_prefix=None) if created else serve.get_app_handle(args.name)
+        ray.get(registry.attach.remote(args.name, front_id))
         front.start(ingress, settings)
         root = f"http://{serving.host}:{serving.port}"
-        print(f"serving {args.checkpoint} on {root}/v1/answer (OpenAPI: {root}/docs); Ctrl-C or SIGTERM stops",
-              flush=True)
+        how = "deployed" if created else "attached to the running application"
+        print(f"serving {args.checkpoint} on {root}/v1/answer and {root}/v1/chat/completions ({how} {args.name!r}; "
+              f"OpenAPI: {root}/docs); Ctrl-C or SIGTERM stops", flush=True)
         while True:
             signal.pause()
     except KeyboardInterrupt:
@@ -74,15 +93,27 @@ def run(args: argparse.Namespace) -> int:
         # Cleanup runs to the end: a second signal must not leave the application deployed.
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)
-        print(f"stopping: deleting the application {args.name!r}; " + (
-            "the cluster keeps running" if address else "then shutting down the Ray this command started"), flush=True)
+        # Requests in flight get `serving.graceful_shutdown_timeout_s` to finish.
         front.stop()
-        # Requests in flight get `serving.graceful_shutdown_timeout_s` to finish. A Ray this
-        # command started then ends with everything in it (Serve's controller too);
+        others = ray.get(registry.detach.remote(args.name, front_id))
+        delete = created and others == 0
+        print("stopping: " + _application_fate(args.name, created, others) + "; " + (
+            "the cluster keeps running" if address else "then shutting down the Ray this command started"), flush=True)
+        if delete:
+            serve.delete(args.name)
+        # A Ray this command started ends with everything in it (Serve's controller too);
         # a joined cluster keeps running and this driver disconnects.
-        serve.delete(args.name)
         ray.shutdown()
     return 0
+
+
+def _application_fate(name: str, created: bool, others: int) -> str:
+    if not created:
+        return f"leaving the application {name!r} deployed (this front attached to it; whoever deployed it deletes it)"
+    if others:
+        return (f"leaving the application {name!r} deployed: {others} other front(s) still use it "
+                f"(`serve delete {name}` removes it)")
+    return f"deleting the application {name!r}"
 
 
 def _stop(signum, frame) -> None:

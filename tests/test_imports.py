@@ -41,6 +41,12 @@ FOLDER_MAY_IMPORT = {
 RAY_ALLOWED_IN_CLUSTER = {"cluster.connect"}
 """The one `cluster` module that talks to Ray; the rest of `cluster` is plans and environments."""
 
+LAZY_EXPORTS = {
+    "mmrag/__init__.py": "`mmrag.Pipeline` (PEP 562 `__getattr__`), imported on first use so that importing any "
+                         "mmrag module stays free of torch; no module of the repository goes through it",
+}
+"""Files whose late imports are public re-exports on first use: outside the import graph and the late-import rule."""
+
 
 @dataclass(frozen=True)
 class Import:
@@ -122,7 +128,8 @@ def comment_lines(path: Path) -> set[int]:
 @pytest.fixture(scope="module")
 def checked() -> tuple[dict[str, Path], list[Import]]:
     modules = source_files()
-    return modules, [imp for module in modules for imp in imports_of(module, modules)]
+    return modules, [imp for module in modules for imp in imports_of(module, modules)
+                     if not (imp.late and imp.path in LAZY_EXPORTS)]
 
 
 def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -2,7 +2,9 @@
 malformed requests get a 4xx JSON error naming the field while the server keeps answering; requests beyond
 the queue bound are refused with 503 and Retry-After; a killed replica of any deployment, the ingress's
 included, is replaced without a 500 or a hang; the same application answers alike behind Serve's own proxy
-(`serve run configs/serve/local.yaml`); `mmrag serve` stops cleanly on SIGTERM as on Ctrl-C."""
+(`serve run configs/serve/local.yaml`); `mmrag serve` stops cleanly on SIGTERM as on Ctrl-C; the OpenAI
+dialect answers a stock `openai` client; an API key guards every route but /healthz; two fronts share one
+application and either stops without taking it from the other."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import openai
 import pytest
 import requests
 import yaml
@@ -459,10 +462,11 @@ def test_builder_names_bad_args():
 
 
 @contextlib.contextmanager
-def serving_process(config_path: Path, checkpoint: str, logs: Path, *options: str) -> Iterator[subprocess.Popen]:
+def serving_process(config_path: Path, checkpoint: str, logs: Path, *options: str,
+                    env_vars: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """`python -m pipelines.serve` in its own session (so only the signals sent here reach it), logs to files;
     whatever happens in the test, its process group (and a Ray it started) is gone afterwards."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_vars or {})}
     env.pop("RAY_ADDRESS", None)
     process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", str(config_path),
                                 "--checkpoint", checkpoint, *options], cwd=ROOT, env=env, start_new_session=True,
@@ -488,14 +492,14 @@ def wait_healthy(process: subprocess.Popen, url: str, logs: Path) -> None:
         time.sleep(1)
 
 
-def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path) -> tuple[str, str]:
-    """Send `signum`; the command must exit 0 within 10 s without a stack dump. Its (stdout, stderr)."""
+def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path, limit_s: float = 10) -> tuple[str, str]:
+    """Send `signum`; the command must exit 0 within `limit_s` without a stack dump. Its (stdout, stderr)."""
     begin = time.monotonic()
     process.send_signal(signum)
-    status = process.wait(timeout=10)
+    status = process.wait(timeout=limit_s)
     elapsed = time.monotonic() - begin
     out, err = (logs / "stdout").read_text(), (logs / "stderr").read_text()
-    assert status == 0 and elapsed < 10, (status, elapsed, err[-3000:])
+    assert status == 0 and elapsed < limit_s, (status, elapsed, err[-3000:])
     assert "Traceback" not in err and "*** SIG" not in err, err[-3000:]
     return out, err
 
@@ -555,3 +559,186 @@ def test_a_port_in_use_fails_at_once_before_ray_starts(trained_run):
     assert result.returncode == 2, result.stderr[-2000:]
     assert f"serve: cannot listen on 127.0.0.1:{port}" in result.stderr and "serving.port" in result.stderr
     assert "Started a local Ray" not in result.stderr
+
+
+def data_url(image_bytes: bytes) -> str:
+    return f"data:image/png;base64,{b64(image_bytes)}"
+
+
+def chat_body(image_url: str, text: str, **fields) -> dict:
+    return {"model": "mmrag", "messages": [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": image_url}}]},
+    ], **fields}
+
+
+def test_replicas_start_with_the_offline_switches_in_their_environment(endpoint):
+    """Set when the process starts (its runtime_env), not after it has imported transformers: /proc shows the
+    environment a process began with. HF_HUB_DISABLE_PROGRESS_BARS is one the test process does not have."""
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
+    start_env = dict(item.split("=", 1) for item in
+                     Path(f"/proc/{replica_pid(GROUP)}/environ").read_text().split("\0") if "=" in item)
+    assert {key: start_env.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                                               "HF_HUB_DISABLE_PROGRESS_BARS")} == dict.fromkeys(
+        ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_PROGRESS_BARS"), "1")
+
+
+def test_chat_completions_answer_as_v1_answer_and_malformed_messages_get_openai_errors(endpoint, test_questions):
+    question = test_questions[0]
+    image = encode_image(question.image)
+    expected = ask(endpoint, question).json()
+    reply = requests.post(f"{endpoint}/v1/chat/completions", json=chat_body(data_url(image), question.question,
+                                                                            temperature=0.7), timeout=60)
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["object"] == "chat.completion" and body["model"] == "mmrag" and body["id"].startswith("chatcmpl-")
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": expected["answer"]}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert (body["query"], body["evidence"]) == (expected["query"], expected["evidence"])
+    models = requests.get(f"{endpoint}/v1/models", timeout=10).json()
+    assert [model["id"] for model in models["data"]] == ["mmrag"] and models["object"] == "list"
+
+    def user(*parts) -> dict:
+        return {"model": "mmrag", "messages": [{"role": "user", "content": list(parts)}]}
+
+    text = {"type": "text", "text": "why?"}
+    picture = {"type": "image_url", "image_url": {"url": data_url(image)}}
+    noise = png_bytes(128, 128, noise=True)
+    last = "messages.0.content"
+    cases = [
+        ("an http URL", user(text, {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}), 400,
+         f"{last}.1.image_url.url", "image_url_not_supported"),
+        ("no image", user(text), 400, last, None),
+        ("two images", user(text, picture, picture), 400, last, None),
+        ("no text", user(picture), 400, last, None),
+        ("blank question", user({"type": "text", "text": "  "}, picture), 400, last, None),
+        ("content is a string", {"model": "mmrag", "messages": [{"role": "user", "content": "why?"}]}, 400, last,
+         None),
+        ("last message is the assistant's", {"model": "mmrag", "messages": [
+            user(text, picture)["messages"][0], {"role": "assistant", "content": "no"}]}, 400, "messages.1.role", None),
+        ("no messages", {"model": "mmrag", "messages": []}, 400, "messages", None),
+        ("no model", {"messages": user(text, picture)["messages"]}, 400, "model", None),
+        ("another model", {**user(text, picture), "model": "gpt-4o"}, 404, "model", "model_not_found"),
+        ("unknown part type", user(text, {"type": "input_audio", "input_audio": {}}), 400, f"{last}.1", None),
+        ("image_url without url", user(text, {"type": "image_url", "image_url": {}}), 400, f"{last}.1.image_url",
+         None),
+        ("data URL not base64", user(text, {"type": "image_url", "image_url": {"url": "data:image/png,abc"}}), 400,
+         f"{last}.1.image_url.url", None),
+        ("bad base64", user(text, {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}), 400,
+         f"{last}.1.image_url.url", None),
+        ("truncated PNG", user(text, {"type": "image_url", "image_url": {"url": data_url(image[:60])}}), 400,
+         f"{last}.1.image_url.url", None),
+        ("image over the byte limit", user(text, {"type": "image_url", "image_url": {"url": data_url(noise)}}), 413,
+         f"{last}.1.image_url.url", None),
+        ("stream is a string", {**user(text, picture), "stream": "yes"}, 400, "stream", None),
+        ("top_k zero", {**user(text, picture), "top_k": 0}, 400, "top_k", None),
+    ]
+    wrong = []
+    for case, payload, status, param, code in cases:
+        got = requests.post(f"{endpoint}/v1/chat/completions", json=payload, timeout=60)
+        error = got.json().get("error", {})
+        if (got.status_code, error.get("param"), error.get("code")) != (status, param, code) or not (
+                error.get("message") and error.get("type")):
+            wrong.append((case, got.status_code, got.text[:300]))
+    broken = requests.post(f"{endpoint}/v1/chat/completions", data=b'{"model": ',
+                           headers={"content-type": "application/json"}, timeout=10)
+    plain = requests.post(f"{endpoint}/v1/chat/completions", data=b"hi", headers={"content-type": "text/plain"},
+                          timeout=10)
+    assert (broken.status_code, broken.json()["error"]["param"]) == (400, "body")
+    assert (plain.status_code, plain.json()["error"]["type"]) == (415, "invalid_request_error")
+    assert wrong == [], "\n".join(map(str, wrong))
+
+
+API_KEY = "sk-test-" + "0123456789abcdef"
+
+
+@pytest.mark.slow
+def test_two_fronts_share_one_application_and_either_stops_without_taking_it_from_the_other(endpoint, trained_run,
+                                                                                            test_questions, tmp_path):
+    """The first `mmrag serve` deploys, the second attaches; SIGTERM of the first (its creator) under load
+    leaves every answer of the second 200 and the application deployed; a stock `openai` client, with the
+    API key both fronts take from $MMRAG_API_KEY, gets answers (and a stream) from the second."""
+    import ray
+    from ray import serve
+
+    _, checkpoint, config_path = trained_run
+    address, ports = ray.get_runtime_context().gcs_address, (free_port(), free_port())
+    logs = [tmp_path / "first", tmp_path / "second"]
+    for log in logs:
+        log.mkdir()
+    question = test_questions[0]
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+
+    def front(number: int):
+        return serving_process(config_path, checkpoint, logs[number], "--address", address, "--name", "replicated",
+                               "--set", f"serving.port={ports[number]}", env_vars={"MMRAG_API_KEY": API_KEY})
+
+    second_url = f"http://127.0.0.1:{ports[1]}"
+    try:
+        with front(0) as first:
+            wait_healthy(first, f"http://127.0.0.1:{ports[0]}/healthz", logs[0])
+            with front(1) as second:
+                wait_healthy(second, f"{second_url}/healthz", logs[1])
+                while "serving " not in (logs[1] / "stdout").read_text():  # printed just after the front starts
+                    time.sleep(0.1)
+                assert "attached to the running application 'replicated'" in (logs[1] / "stdout").read_text()
+                statuses: list[int] = []
+                stop = threading.Event()
+
+                def keep_asking() -> None:
+                    session = requests.Session()
+                    while not stop.is_set() and len(statuses) < 400:
+                        try:
+                            statuses.append(session.post(f"{second_url}/v1/answer", json=answer_body(question),
+                                                         headers=headers, timeout=60).status_code)
+                        except requests.ConnectionError:
+                            statuses.append(0)
+
+                clients = [threading.Thread(target=keep_asking) for _ in range(2)]
+                for client in clients:
+                    client.start()
+                time.sleep(1.0)
+                sent_before = len(statuses)
+                # Under load on a busy machine: more than the 10 s of an idle stop.
+                out, _ = stop_within_10_s(first, signal.SIGTERM, logs[0], limit_s=40)
+                after_stop = len(statuses)
+                time.sleep(2.0)
+                stop.set()
+                for client in clients:
+                    client.join()
+                assert sent_before > 0 and len(statuses) > after_stop, (sent_before, after_stop, len(statuses))
+                assert set(statuses) == {200}, statuses
+                assert "leaving the application 'replicated' deployed: 1 other front(s) still use it" in out
+                assert "replicated" in serve.status().applications
+
+                client = openai.OpenAI(base_url=f"{second_url}/v1", api_key=API_KEY, max_retries=0)
+                assert [model.id for model in client.models.list()] == ["mmrag"]
+                messages = [{"role": "user", "content": [
+                    {"type": "text", "text": question.question},
+                    {"type": "image_url", "image_url": {"url": data_url(encode_image(question.image))}}]}]
+                expected = requests.post(f"{second_url}/v1/answer", json=answer_body(question), headers=headers,
+                                         timeout=60).json()
+                completion = client.chat.completions.create(model="mmrag", messages=messages)
+                assert completion.choices[0].message.content == expected["answer"]
+                assert completion.model_extra["evidence"] == expected["evidence"]
+                chunks = list(client.chat.completions.create(model="mmrag", messages=messages, stream=True))
+                assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == expected["answer"]
+                assert chunks[-1].choices[0].finish_reason == "stop"
+                with pytest.raises(openai.BadRequestError, match="fetches nothing"):
+                    client.chat.completions.create(model="mmrag", messages=[{"role": "user", "content": [
+                        {"type": "text", "text": "why?"}, {"type": "image_url", "image_url": {"url": "https://x/a.png"}}]}])
+                with pytest.raises(openai.AuthenticationError):
+                    openai.OpenAI(base_url=f"{second_url}/v1", api_key="wrong", max_retries=0).models.list()
+                for method, path in [("get", "/v1/models"), ("get", "/v1/info"), ("post", "/v1/answer"),
+                                     ("post", "/v1/chat/completions"), ("get", "/nowhere")]:
+                    for given in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+                        reply = requests.request(method, f"{second_url}{path}", headers=given, json={}, timeout=10)
+                        assert reply.status_code == 401, (path, given, reply.status_code)
+                        assert reply.json()["error"]["code"] == "invalid_api_key"
+                assert requests.get(f"{second_url}/healthz", timeout=10).status_code == 200
+
+                out, _ = stop_within_10_s(second, signal.SIGTERM, logs[1], limit_s=40)
+                assert "leaving the application 'replicated' deployed (this front attached to it" in out
+        assert "replicated" in serve.status().applications
+    finally:
+        serve.delete("replicated")

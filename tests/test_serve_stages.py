@@ -34,7 +34,7 @@ def exported(synth_dir, zoo_dir, tmp_path_factory):
 
 
 def test_any_split_into_stage_groups_answers_as_the_offline_greedy_path(exported, synth_dir):
-    from mmrag.serving.stages import GreedyStages
+    from mmrag.serving.greedy_stages import GreedyStages
     from mmrag.training.evaluate import greedy_batch
 
     cfg, checkpoint, pipeline = exported

@@ -9,21 +9,17 @@ ingress sends each validated request through the groups in inference order
 
 from __future__ import annotations
 
-import os
-
 import ray
 
-from mmrag.config import Config, ServingConfig
+from mmrag.config import ServingConfig
 
 
-def prepare_replica(cfg: Config) -> str:
-    """Apply `offline` in this replica's process too, and return its torch device.
+def replica_device() -> str:
+    """This replica's torch device: "cuda" when Serve gave it a GPU (`num_gpus` in its ray_actor_options), else "cpu".
 
-    "cuda" when Serve gave the replica a GPU (`num_gpus` in its ray_actor_options), else "cpu".
+    (The offline switches reach the replica through its `runtime_env`, set where it is placed in
+    app.py: before the process imports anything, as huggingface_hub and transformers need.)
     """
-    if cfg.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
     return "cuda" if ray.get_gpu_ids() else "cpu"
 
 

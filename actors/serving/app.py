@@ -8,6 +8,8 @@ the ingress replicas run the first group themselves. A group's replicas are the
 largest `serving.*_replicas` of its stages and its GPUs the sum of its stages' `num_gpus`.
 The ingress queues at most `serving.max_queued_requests` beyond what its replicas work on;
 the rest are refused with 503 and Retry-After (by Serve's proxy, or by `mmrag serve`'s front).
+Every replica starts with the environment training actors get (`job_env_vars`: the offline
+switches among them), through its `runtime_env`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from ray.serve.deployment import Deployment
 
 from actors.serving.ingress import AnswerIngress
 from actors.serving.retrieval import RetrievalShardDeployment
-from actors.serving.stages import StageGroupDeployment
+from actors.serving.stage_group import StageGroupDeployment
+from cluster.runtime_env import job_env_vars
 from mmrag.config import Config, load_config
 from mmrag.retrieval.manifest import Manifest
 from mmrag.serving.api import ApiSettings
@@ -67,7 +70,8 @@ def pipeline_app(cfg: Config, checkpoint: str | Path) -> Application:
             max_ongoing_requests=serving.max_ongoing_requests, health_check_period_s=serving.health_check_period_s,
             graceful_shutdown_timeout_s=serving.graceful_shutdown_timeout_s,
             graceful_shutdown_wait_loop_s=min(SHUTDOWN_POLL_S, serving.graceful_shutdown_timeout_s),
-            ray_actor_options={"num_cpus": serving.replica_num_cpus, "num_gpus": sum(gpus[s] for s in stages)},
+            ray_actor_options={"num_cpus": serving.replica_num_cpus, "num_gpus": sum(gpus[s] for s in stages),
+                               "runtime_env": {"env_vars": job_env_vars(cfg)}},
             **options)
 
     for stages in serving.stage_groups:

@@ -15,12 +15,12 @@ from __future__ import annotations
 from fastapi import FastAPI
 from ray import serve
 
-from actors.serving import configure_batching, prepare_replica
+from actors.serving import configure_batching, replica_device
 from actors.serving.stage_path import StageCall, StagePath
-from actors.serving.stages import run_group
+from actors.serving.stage_group import run_group
 from mmrag.config import Config
 from mmrag.serving.api import ApiSettings, answer_api
-from mmrag.serving.stages import GreedyStages
+from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import StageState
 
 
@@ -32,7 +32,7 @@ class AnswerIngress:
         serving = cfg.serving
         calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
         if serving.first_group_in_ingress:
-            self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], prepare_replica(cfg))
+            self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], replica_device())
             configure_batching(self.run_first_group, serving)
             calls[0] = StageCall(groups[0], local=self.run_first_group)
         self.path = StagePath(calls, serving.image_reference_min_bytes, serving.request_timeout_s)

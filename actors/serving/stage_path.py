@@ -3,7 +3,7 @@
 Between validation and the reply: the ingress hands each request's `StageState` to
 `StagePath.run`, which calls the deployment of every `serving.stage_groups` entry in turn
 (a lone `retrieve` group: every shard deployment at once, merged with `merge_topk`). When
-several deployments read a large image (`serving.image_reference_min_bytes`), it goes into
+several deployments read a large (encoded) image (`serving.image_reference_min_bytes`), it goes into
 the object store once and they receive its reference. A call that fails because its replica
 died or was unavailable is sent again (Serve routes it to a live or restarted replica) until
 the request's deadline (`serving.request_timeout_s`); a request still unanswered then raises
@@ -65,8 +65,7 @@ class StagePath:
     async def run(self, state: StageState) -> tuple[StageState, float]:
         """The finished state, and the milliseconds spent between deployments (calls minus their stages' work)."""
         deadline = time.monotonic() + self.timeout_s
-        width, height = state.image.size
-        if self.image_readers > 1 and width * height * len(state.image.getbands()) >= self.image_reference_min_bytes:
+        if self.image_readers > 1 and len(state.image) >= self.image_reference_min_bytes:
             state.image = ray.put(state.image)
         transfer_ms = 0.0
         for call in self.calls:
@@ -122,6 +121,6 @@ def cancel(response: DeploymentResponse) -> None:
         response.cancel()
 
 
-async def resolved_image(image):
-    """The image itself, fetched when it travels as an object-store reference."""
+async def resolved_image(image: bytes | ObjectRef) -> bytes:
+    """The encoded image itself, fetched when it travels as an object-store reference."""
     return await image if isinstance(image, ObjectRef) else image

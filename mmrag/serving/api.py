@@ -10,29 +10,35 @@ answer can come in time (a 503 with Retry-After).
 
 `POST /v1/answer` reads and validates the body (`mmrag.serving.body`: a 4xx JSON error
 naming the field on bad input, bounded in size and arrival time) and replies with the
-answer, the evidence and the time each step took. `GET /healthz` and `GET /v1/info` report
-liveness and what is being served. Bodies are the pydantic models of
-`mmrag.serving.schema`; unknown paths and methods get the same error body as bad input.
-No Ray here.
+answer, the evidence and the time each step took. `POST /v1/chat/completions` and
+`GET /v1/models` are the same pipeline in the OpenAI dialect (`mmrag.serving.openai_chat`),
+for stock OpenAI clients. `GET /healthz` and `GET /v1/info` report liveness and what is being
+served. Bodies are the pydantic models of `mmrag.serving.schema`; every error, unknown paths
+and methods included, has one body: OpenAI's error object plus the field and status. With an
+API key (`mmrag.serving.api_key`) every route but /healthz requires it. Images stay encoded;
+the parsers that check them run in worker threads. No Ray here.
 
 No `from __future__ import annotations` here: FastAPI must see the real `Request` class
 in the route signatures to inject the request.
 """
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mmrag.config import Config
-from mmrag.serving.body import read_answer_request
+from mmrag.serving.api_key import ApiKeyCheck, api_key_of
+from mmrag.serving.body import check_json_type, read_answer_request, read_body
+from mmrag.serving.openai_chat import chat_completion, chat_completion_events, model_list, parse_chat_request
 from mmrag.serving.openapi import openapi_with_request_models, request_body_openapi
 from mmrag.serving.request import RequestError, RequestLimits
-from mmrag.serving.response import answer_reply
+from mmrag.serving.response import answer_reply, evidence_of
 from mmrag.serving.schema import AnswerReply, ErrorReply, Health
 from mmrag.serving.state import StageState
 
@@ -40,7 +46,8 @@ AnswerPath = Callable[[StageState], Awaitable[tuple[StageState, float]]]
 """A validated request's state in; the finished state and the milliseconds spent between processes out."""
 
 ERROR_RESPONSES = {status: {"model": ErrorReply, "description": description} for status, description in {
-    400: "the body is not valid JSON or multipart/form-data", 408: "the body did not arrive in time",
+    400: "the body is not valid JSON or multipart/form-data", 401: "the API key is missing or wrong",
+    408: "the body did not arrive in time",
     413: "the body or the image is over its size limit", 415: "neither JSON nor multipart/form-data",
     422: "a field is missing, of the wrong type or out of range",
     503: "the queue is full or the pipeline did not answer in time: retry after `Retry-After` seconds"}.items()}
@@ -60,12 +67,16 @@ class ApiSettings:
     """The `GET /v1/info` body (`mmrag.serving.info.service_info`)."""
     versions: dict[str, Any]
     """What every answer's `versions` carries (`mmrag.serving.info.answer_versions`)."""
+    api_key: str
+    """The Bearer token every route but /healthz requires; "" for none."""
+    model_name: str
+    """The model id of the OpenAI-compatible routes."""
 
     @classmethod
     def from_config(cls, cfg: Config, info: dict[str, Any], versions: dict[str, Any]) -> "ApiSettings":
         serving = cfg.serving
         return cls(RequestLimits.from_config(cfg), serving.body_timeout_s, serving.retry_after_s,
-                   serving.snippet_chars, info, versions)
+                   serving.snippet_chars, info, versions, api_key_of(serving), serving.model_name)
 
 
 def error_response(error: RequestError, retry_after_s: int | None = None) -> JSONResponse:
@@ -78,6 +89,18 @@ def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
                   description="Knowledge-based visual question answering: image + question in, "
                               "answer + evidence + translated query out.")
     api.openapi = lambda: openapi_with_request_models(api)
+    if settings.api_key:
+        api.add_middleware(ApiKeyCheck, api_key=settings.api_key)
+    created = int(time.time())
+
+    async def answered(state: StageState) -> StageState | JSONResponse:
+        """The finished state, or the 503 to send when no answer can come in time."""
+        try:
+            state, transfer_ms = await run_pipeline(state)
+        except ServiceUnavailable as exc:
+            return error_response(RequestError(None, str(exc), 503), settings.retry_after_s)
+        state.stage_ms["transfer"] = transfer_ms
+        return state
 
     @api.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -106,15 +129,40 @@ def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
         except RequestError as error:
             return error_response(error)
         parse_ms = (time.perf_counter() - begin) * 1000
-        state = StageState(image=req.image, question=req.question, top_k=req.top_k, max_docs=req.max_docs)
-        try:
-            state, transfer_ms = await run_pipeline(state)
-        except ServiceUnavailable as exc:
-            return error_response(RequestError(None, str(exc), 503), settings.retry_after_s)
-        timings = {"parse": parse_ms, **state.stage_ms, "transfer": transfer_ms,
-                   "total": (time.perf_counter() - begin) * 1000}
+        state = await answered(StageState(image=req.image, question=req.question, top_k=req.top_k,
+                                          max_docs=req.max_docs))
+        if isinstance(state, JSONResponse):
+            return state
+        timings = {"parse": parse_ms, **state.stage_ms, "total": (time.perf_counter() - begin) * 1000}
         # Built from validated parts already: sent as is, not validated again against `response_model`.
         reply = answer_reply(state, req.return_evidence, timings, settings.snippet_chars, settings.versions)
         return Response(reply.model_dump_json(), media_type="application/json")
+
+    @api.post("/v1/chat/completions", responses=ERROR_RESPONSES)
+    async def chat_completions(request: Request) -> Any:
+        """OpenAI chat completions: the last user message's image_url (a data URL) and text are the image and the
+        question; the reply carries the pipeline's `query` and `evidence` in extra fields."""
+        try:
+            check_json_type(request.headers)
+            body = await read_body(request.headers, request.stream(), settings.limits.max_body_bytes,
+                                   settings.body_timeout_s)
+            chat = await asyncio.to_thread(parse_chat_request, body, settings.limits, settings.model_name)
+        except RequestError as error:
+            return error_response(error)
+        req = chat.request
+        state = await answered(StageState(image=req.image, question=req.question, top_k=req.top_k,
+                                          max_docs=req.max_docs))
+        if isinstance(state, JSONResponse):
+            return state
+        evidence = [evidence_of(hit, settings.snippet_chars) for hit in state.evidence]
+        if chat.stream:
+            return StreamingResponse(chat_completion_events(state.answer, state.query, evidence, chat.model),
+                                     media_type="text/event-stream")
+        return JSONResponse(chat_completion(state.answer, state.query, evidence, chat.model))
+
+    @api.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        """The model served (OpenAI's model list): the pipeline, by `serving.model_name`."""
+        return model_list(settings.model_name, created)
 
     return api

@@ -39,9 +39,17 @@ async def read_answer_request(headers: Mapping[str, str], chunks: AsyncIterator[
         raise RequestError("content-type", f"expected {JSON_TYPE} or {MULTIPART_TYPE}, got {content_type or 'none'!r}",
                            415)
     body = await read_body(headers, chunks, limits.max_body_bytes, timeout_s)
+    # Parsing decodes the image (to check it): in a worker thread, so the event loop keeps serving.
     if media_type == JSON_TYPE:
-        return parse_json_body(body, limits)
-    return parse_form(multipart_fields(content_type, body), limits)
+        return await asyncio.to_thread(parse_json_body, body, limits)
+    return await asyncio.to_thread(lambda: parse_form(multipart_fields(content_type, body), limits))
+
+
+def check_json_type(headers: Mapping[str, str]) -> None:
+    """415 unless the body is declared `application/json`."""
+    content_type = headers.get("content-type", "")
+    if content_type.split(";", 1)[0].strip().lower() != JSON_TYPE:
+        raise RequestError("content-type", f"expected {JSON_TYPE}, got {content_type or 'none'!r}", 415)
 
 
 async def read_body(headers: Mapping[str, str], chunks: AsyncIterator[bytes], max_bytes: int,

@@ -6,20 +6,17 @@ manifest and the exported checkpoint's export.json, then handed to the API.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mmrag.config import Config
 from mmrag.retrieval.manifest import Manifest
+from mmrag.training.export import export_meta
 
 
 def checkpoint_version(checkpoint: str | Path) -> int:
     """The policy version recorded in RUN_DIR/export/export.json."""
-    meta_path = Path(checkpoint) / "export.json"
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"{meta_path}: not an exported checkpoint (expected RUN_DIR/export from `mmrag train`)")
-    return int(json.loads(meta_path.read_text())["version"])
+    return int(export_meta(checkpoint)["version"])
 
 
 def answer_versions(manifest: Manifest, checkpoint: str | Path) -> dict[str, Any]:

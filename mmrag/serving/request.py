@@ -3,9 +3,11 @@
 First step of serving: the API (mmrag/serving/api.py) reads the body
 (`mmrag.serving.body`) and hands the raw JSON bytes, or the fields of a multipart upload, to
 `parse_json_body` / `parse_form`. They validate against the pydantic models of
-`mmrag.serving.schema`, then the limits of the config, and return an `AnswerRequest` (a
-decoded RGB image, the question, the options with defaults filled in) or raise
-`RequestError` naming the offending field, which the API sends as a 4xx JSON error.
+`mmrag.serving.schema`, then the limits of the config, and return an `AnswerRequest` (the
+encoded image, checked to decode, the question, the options with defaults filled in) or raise
+`RequestError` naming the offending field, which the API sends as a 4xx JSON error. The
+image goes on encoded: the replica that runs the models decodes it (pixels are 10-100x the
+bytes); the API runs these parsers in a worker thread, off its event loop.
 JSON is parsed by pydantic's parser, which bounds nesting depth and number size and rejects
 invalid UTF-8, so no body reaches Python's recursive decoder. No Ray and no models here.
 """
@@ -27,18 +29,25 @@ from mmrag.data.dataset import decode_image
 from mmrag.serving.schema import AnswerBody, AnswerOptions, AnswerUpload
 
 
+ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 503: "service_unavailable_error"}
+"""OpenAI's error `type` by status; every other 4xx is an `invalid_request_error`."""
+
+
 class RequestError(ValueError):
     """A request the endpoint cannot answer; `field` names the part at fault, `status` is the HTTP code."""
 
-    def __init__(self, field: str | None, message: str, status: int = 422):
+    def __init__(self, field: str | None, message: str, status: int = 422, code: str | None = None):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
         self.status = status
+        self.code = code
 
     def body(self) -> dict[str, Any]:
-        """The JSON error body sent to the client (`mmrag.serving.schema.ErrorReply`)."""
-        return {"error": {"field": self.field, "message": self.message, "status": self.status}}
+        """The JSON error body sent to the client (`mmrag.serving.schema.ErrorReply`): OpenAI's error object
+        (message, type, param, code) plus this API's `field` and `status`."""
+        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
+                          "param": self.field, "code": self.code, "field": self.field, "status": self.status}}
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,8 @@ class RequestLimits:
 
 @dataclass(frozen=True)
 class AnswerRequest:
-    image: Image.Image
+    image: bytes
+    """The encoded image as sent (PNG, JPEG, ...), within the limits and known to decode."""
     question: str
     top_k: int
     """Candidates retrieved and shown to the reranker."""
@@ -79,36 +89,36 @@ class AnswerRequest:
 def parse_json_body(body: bytes, limits: RequestLimits) -> AnswerRequest:
     """An `AnswerRequest` from a raw `application/json` body."""
     data = _validated(AnswerBody, body, json=True)
-    image = decode_request_image(_base64_bytes(data.image, limits), limits)
-    return _request(image, data.question, data.options, limits)
+    image = checked_image(base64_image(data.image, "image", limits), limits)
+    return answer_request(image, data.question, data.options, limits)
 
 
 def parse_form(fields: Mapping[str, bytes | str], limits: RequestLimits) -> AnswerRequest:
     """An `AnswerRequest` from multipart fields: `image` as file bytes, `question` and `options` as text."""
     data = _validated(AnswerUpload, fields, json=False)
-    return _request(decode_request_image(data.image, limits), data.question, data.options or AnswerOptions(),
-                    limits)
+    return answer_request(checked_image(data.image, limits), data.question, data.options or AnswerOptions(), limits)
 
 
-def decode_request_image(data: bytes, limits: RequestLimits) -> Image.Image:
-    """An RGB image from encoded bytes, within the byte and side limits."""
+def checked_image(data: bytes, limits: RequestLimits, field: str = "image") -> bytes:
+    """`data`, once it is known to be an image within the byte and side limits that decodes in full."""
     if not data:
-        raise RequestError("image", "empty: expected encoded image bytes (PNG, JPEG, ...)")
+        raise RequestError(field, "empty: expected encoded image bytes (PNG, JPEG, ...)")
     if len(data) > limits.max_image_bytes:
-        raise RequestError("image", f"{len(data)} bytes, over the limit of {limits.max_image_bytes}", 413)
+        raise RequestError(field, f"{len(data)} bytes, over the limit of {limits.max_image_bytes}", 413)
     try:
         # Opening only reads the header: check the size before decoding the pixels.
         with Image.open(io.BytesIO(data)) as probe:
             width, height = probe.size
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise RequestError("image", f"not a decodable image ({exc})") from None
+        raise RequestError(field, f"not a decodable image ({exc})") from None
     if max(width, height) > limits.max_image_side:
-        raise RequestError("image", f"{width}x{height} pixels, over the limit of {limits.max_image_side} "
-                                    "per side", 413)
+        raise RequestError(field, f"{width}x{height} pixels, over the limit of {limits.max_image_side} "
+                                  "per side", 413)
     try:
-        return decode_image(data)
+        decode_image(data)
     except ValueError as exc:
-        raise RequestError("image", str(exc)) from None
+        raise RequestError(field, str(exc)) from None
+    return data
 
 
 def validation_error(exc: ValidationError, model: type[BaseModel]) -> RequestError:
@@ -142,7 +152,8 @@ def _validated(model: type[BaseModel], data: Any, json: bool) -> Any:
         raise validation_error(exc, model) from None
 
 
-def _request(image: Image.Image, question: str, options: AnswerOptions, limits: RequestLimits) -> AnswerRequest:
+def answer_request(image: bytes, question: str, options: AnswerOptions, limits: RequestLimits) -> AnswerRequest:
+    """The request for a checked image: the question within its limits, the options' defaults filled in."""
     if not question.strip():
         raise RequestError("question", "empty: expected a non-empty string")
     if len(question) > limits.max_question_chars:
@@ -160,17 +171,18 @@ def _in_range(field: str, value: int | None, default: int, low: int, high: int) 
     return value
 
 
-def _base64_bytes(value: str, limits: RequestLimits) -> bytes:
+def base64_image(value: str, field: str, limits: RequestLimits) -> bytes:
+    """The bytes of a base64 image, a `data:...;base64,` prefix allowed (not yet checked to be an image)."""
     if value.startswith("data:") and "," in value:
         value = value.split(",", 1)[1]
     # Reject oversized payloads before decoding them: 4 base64 characters carry 3 bytes.
     if len(value) // 4 * 3 > limits.max_image_bytes + 3:
-        raise RequestError("image", f"about {len(value) // 4 * 3} bytes, over the limit of "
-                                    f"{limits.max_image_bytes}", 413)
+        raise RequestError(field, f"about {len(value) // 4 * 3} bytes, over the limit of "
+                                  f"{limits.max_image_bytes}", 413)
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise RequestError("image", f"not valid base64 ({exc})") from None
+        raise RequestError(field, f"not valid base64 ({exc})") from None
 
 
 def _json_type(value: Any) -> str:

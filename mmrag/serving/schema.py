@@ -71,9 +71,16 @@ class AnswerReply(BaseModel):
 
 
 class ErrorDetail(BaseModel):
+    """OpenAI's error object (`message`, `type`, `param`, `code`), plus `field` and `status`."""
+
+    message: str
+    type: str = Field(description="`invalid_request_error`, `authentication_error`, `not_found_error` or "
+                                  "`service_unavailable_error`")
+    param: str | None = Field(description="the same as `field`")
+    code: str | None = Field(description="a machine-readable reason where one applies (`invalid_api_key`, "
+                                         "`model_not_found`, ...)")
     field: str | None = Field(description="the request part at fault (`image`, `options.top_k`, `body`, ...); "
                                           "null when the service, not the request, is at fault")
-    message: str
     status: int
 
 

@@ -2,7 +2,7 @@
 
 The API (mmrag/serving/api.py) builds a `StageState` from each valid request; the ingress
 (actors/serving/ingress.py) hands it to the deployments of `serving.stage_groups` in order;
-each fills in its stages' outputs (mmrag/serving/stages.py). Light on purpose (no model
+each fills in its stages' outputs (mmrag/serving/greedy_stages.py). Light on purpose (no model
 code), so the front and the ingress import it without loading transformers.
 """
 
@@ -24,7 +24,8 @@ class StageState:
     """One request on its way through the stages: inputs, then each stage's output as it is computed."""
 
     image: Any
-    """The decoded image, or an object-store reference to it (the deployment resolves it)."""
+    """The encoded image bytes, or an object-store reference to them (the deployment resolves and decodes it);
+    in one process (`mmrag.Pipeline`), whatever its caller keeps there: the stages read the images given beside."""
     question: str
     top_k: int
     max_docs: int

@@ -30,6 +30,7 @@ from mmrag.training.accounting import RolloutLedger
 from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_dir, load_driver_state,
                                        save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
+from mmrag.training.model_card import write_model_card
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate
 from mmrag.training.metrics_log import MetricsLog, read_metrics
 from mmrag.training.rollouts import Experience, Rollouts
@@ -93,6 +94,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
             run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
         _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress)
         learner.export(run_dir / "export")
+        write_model_card(run_dir / "export", cfg, run.evaluations)
     finally:
         metrics.close()
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]

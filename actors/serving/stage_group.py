@@ -3,9 +3,10 @@
 (`run_group` is also how the ingress runs the first group itself, with `serving.first_group_in_ingress`.)
 
 Between the ingress and the other groups: a batch of `StageState`s in, the same states out
-with this group's outputs filled in (`mmrag.serving.stages.GreedyStages`, the offline greedy
+with this group's outputs filled in (`mmrag.serving.greedy_stages.GreedyStages`, the offline greedy
 path's calls). Concurrent requests share each model call through `@serve.batch`; images
-that arrive as object-store references are fetched here, once per request.
+arrive encoded (by value, or as object-store references fetched here) and are decoded here,
+once per request and group.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ import asyncio
 
 from ray import serve
 
-from actors.serving import configure_batching, prepare_replica
+from actors.serving import configure_batching, replica_device
 from actors.serving.stage_path import resolved_image
 from mmrag.config import Config
-from mmrag.serving.stages import GreedyStages
+from mmrag.data.dataset import decode_image
+from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import StageState
 
 
 @serve.deployment
 class StageGroupDeployment:
     def __init__(self, cfg: Config, checkpoint: str, stages: list[str]):
-        self.group = GreedyStages.from_config(cfg, checkpoint, stages, prepare_replica(cfg))
+        self.group = GreedyStages.from_config(cfg, checkpoint, stages, replica_device())
         configure_batching(self.run, cfg.serving)
 
     @serve.batch
@@ -34,6 +36,6 @@ class StageGroupDeployment:
 
 
 async def run_group(group: GreedyStages, states: list[StageState]) -> list[StageState]:
-    """`GreedyStages.run` on a batch, the images that came by reference fetched first."""
+    """`GreedyStages.run` on a batch, the images that came by reference fetched, then decoded here."""
     images = await asyncio.gather(*(resolved_image(state.image) for state in states))
-    return group.run(states, list(images))
+    return group.run(states, [decode_image(image) for image in images])

@@ -1,0 +1,121 @@
+"""`mmrag.Pipeline`, the Python API, and the export it loads: `Pipeline.from_pretrained(RUN_DIR/export)` answers
+as the offline greedy path does, alone or in batches, from a path, PIL image or bytes; the reranker exports as
+safetensors with a JSON config (an older pickled `reranker.pt` still loads); an export replaces the previous one
+whole; the model card names the base models, the data and the held-out metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmrag.config import load_config
+from mmrag.data.dataset import KB_FILE, encode_image, load_questions
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
+               "translator.model=zoo:tiny-lvlm"]
+
+
+@pytest.fixture(scope="module")
+def exported(synth_dir, zoo_dir, tmp_path_factory):
+    """(cfg, export dir, the pipeline loaded from it as evaluation loads it)."""
+    from mmrag.retrieval.build import build_index
+    from mmrag.training.export import save_export
+    from mmrag.training.pipeline import LocalPipeline
+
+    work = tmp_path_factory.mktemp("python_api")
+    cfg = load_config(ROOT / "configs/local.yaml", [f"data.dir={synth_dir}", f"index.dir={work / 'index'}",
+                                                     f"zoo.cache_dir={zoo_dir}", *TINY_MODELS])
+    build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
+    untrained = LocalPipeline.from_config(cfg)
+    with torch.no_grad():  # weights that differ from the seeded start, so a load that silently fails shows
+        for param in untrained.reranker.parameters():
+            if param.requires_grad:
+                param.add_(0.01)
+    export = save_export(work / "export", untrained.translator, untrained.reranker, 3, cfg)
+    return cfg, export, LocalPipeline.from_config(cfg, checkpoint=str(export))
+
+
+def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(exported, synth_dir, monkeypatch, tmp_path):
+    from mmrag import Pipeline
+    from mmrag.training.evaluate import greedy_batch
+
+    _, export, offline_pipeline = exported
+    questions = load_questions(synth_dir, "test")[:3]
+    offline = greedy_batch(offline_pipeline, questions)
+    monkeypatch.chdir(tmp_path)  # the export's config names its index and zoo by absolute path
+    pipeline = Pipeline.from_pretrained(export, device="cpu")
+    assert pipeline.policy_version == 3
+    image_file = tmp_path / "q.png"
+    image_file.write_bytes(encode_image(questions[0].image))
+    for image in (questions[0].image, encode_image(questions[0].image), str(image_file)):
+        one = pipeline.answer(image, questions[0].question)
+        assert (one.answer, one.query) == (offline[0]["answer"], offline[0]["query"])
+        assert [e.doc_id for e in one.evidence] == offline[0]["selected"]
+        assert all(e.title and e.text and -1.0 <= e.score <= 1.0 for e in one.evidence)
+    batch = pipeline.answer_batch([q.image for q in questions], [q.question for q in questions], batch_size=2)
+    assert [(r.answer, r.query, [e.doc_id for e in r.evidence]) for r in batch] == [
+        (row["answer"], row["query"], row["selected"]) for row in offline]
+    assert pipeline.answer(questions[0].image, questions[0].question, max_docs=0).evidence == []
+    with pytest.raises(ValueError, match="max_docs: expected 0..3"):
+        pipeline.answer(questions[0].image, questions[0].question, max_docs=4)
+    with pytest.raises(ValueError, match="2 images but 1 questions"):
+        pipeline.answer_batch([questions[0].image] * 2, ["why?"])
+
+
+def test_the_reranker_exports_as_safetensors_with_a_config_and_an_older_pickle_still_loads(exported, tmp_path):
+    from safetensors.torch import load_file
+
+    from mmrag.models.reranker import AdaptiveReranker
+    from mmrag.training.export import exported_reranker_state, load_reranker_weights
+
+    cfg, export, pipeline = exported
+    names = {path.relative_to(export).as_posix() for path in export.rglob("*") if path.is_file()}
+    assert {"reranker/model.safetensors", "reranker/config.json", "export.json"} <= names
+    assert "reranker.pt" not in names and not any(".writing-" in name for name in names)
+    trained = pipeline.reranker.trainable_state_dict()
+    stored = load_file(export / "reranker" / "model.safetensors")
+    assert stored.keys() == trained.keys() and all(torch.equal(stored[k], trained[k]) for k in trained)
+    config = json.loads((export / "reranker" / "config.json").read_text())
+    assert config["policy_version"] == 3 and config["reranker"]["max_docs"] == cfg.reranker.max_docs
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "export.json").write_text((export / "export.json").read_text())
+    torch.save(trained, legacy / "reranker.pt")
+    fresh = AdaptiveReranker.from_config(cfg.reranker, cfg.zoo.cache_dir, "cpu")
+    load_reranker_weights(fresh, legacy)
+    assert all(torch.equal(exported_reranker_state(legacy)[k], trained[k]) for k in trained)
+    assert all(torch.equal(fresh.trainable_state_dict()[k], trained[k]) for k in trained)
+
+
+def test_an_export_replaces_the_previous_one_whole_or_not_at_all(tmp_path):
+    from mmrag.training.export import directory_replaced_on_success
+
+    final = tmp_path / "export"
+    with directory_replaced_on_success(final) as staging:
+        (staging / "a").write_text("first")
+    with pytest.raises(RuntimeError):
+        with directory_replaced_on_success(final) as staging:
+            (staging / "a").write_text("half")
+            raise RuntimeError("the writer failed")
+    assert (final / "a").read_text() == "first"
+    with directory_replaced_on_success(final) as staging:
+        (staging / "b").write_text("second")
+    assert [p.name for p in tmp_path.iterdir()] == ["export"] and [p.name for p in final.iterdir()] == ["b"]
+
+
+def test_the_model_card_names_base_models_data_config_and_held_out_metrics(exported, tmp_path):
+    from mmrag.training.model_card import write_model_card
+
+    cfg, _, _ = exported
+    card = write_model_card(tmp_path, cfg, {0: {"reward_mean": 0.125, "recall_at_k": 0.5},
+                                            4: {"reward_mean": 0.375, "recall_at_k": 0.75}}).read_text()
+    assert card.startswith("---\nlibrary_name: mmrag\n")
+    assert "| reward_mean | 0.1250 | 0.3750 |" in card and "| recall_at_k | 0.5000 | 0.7500 |" in card
+    assert "| metric | step 0 | step 4 |" in card
+    for name in (cfg.translator.model, cfg.reranker.backbone_pretrained, cfg.encoder.pretrained, cfg.data.dir):
+        assert name in card
+    assert "Pipeline.from_pretrained" in card
