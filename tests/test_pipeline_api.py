@@ -92,17 +92,17 @@ def test_the_reranker_exports_as_safetensors_with_a_config_and_an_older_pickle_s
 
 
 def test_an_export_replaces_the_previous_one_whole_or_not_at_all(tmp_path):
-    from mmrag.training.export import directory_replaced_on_success
+    from mmrag.atomic import atomic_directory
 
     final = tmp_path / "export"
-    with directory_replaced_on_success(final) as staging:
+    with atomic_directory(final) as staging:
         (staging / "a").write_text("first")
     with pytest.raises(RuntimeError):
-        with directory_replaced_on_success(final) as staging:
+        with atomic_directory(final) as staging:
             (staging / "a").write_text("half")
             raise RuntimeError("the writer failed")
     assert (final / "a").read_text() == "first"
-    with directory_replaced_on_success(final) as staging:
+    with atomic_directory(final) as staging:
         (staging / "b").write_text("second")
     assert [p.name for p in tmp_path.iterdir()] == ["export"] and [p.name for p in final.iterdir()] == ["b"]
 

@@ -15,17 +15,14 @@ half-written export. Exports written before safetensors (a pickled `reranker.pt`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import secrets
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from mmrag.atomic import atomic_directory
 from mmrag.config import Config, config_to_dict
 
 RERANKER_DIR = "reranker"
@@ -36,7 +33,7 @@ LEGACY_RERANKER_WEIGHTS = "reranker.pt"
 
 def save_export(export_dir: str | Path, translator, reranker, version: int, cfg: Config) -> Path:
     export_dir = Path(export_dir)
-    with directory_replaced_on_success(export_dir) as staging:
+    with atomic_directory(export_dir) as staging:
         translator.export(str(staging / "translator"))
         (staging / RERANKER_DIR).mkdir()
         weights = {name: tensor.contiguous() for name, tensor in reranker.trainable_state_dict().items()}
@@ -47,29 +44,6 @@ def save_export(export_dir: str | Path, translator, reranker, version: int, cfg:
                 "reranker": dataclasses.asdict(cfg.reranker), "config": config_to_dict(_with_absolute_paths(cfg))}
         (staging / "export.json").write_text(json.dumps(meta, indent=2))
     return export_dir
-
-
-@contextlib.contextmanager
-def directory_replaced_on_success(final: Path) -> Iterator[Path]:
-    """A fresh directory beside `final` to write into; renamed to `final` when the block succeeds, removed if not.
-
-    A previous `final` is moved aside just before the rename and removed after it.
-    (The project-wide `mmrag.atomic.atomic_directory` does the same; this branch predates it.)
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_hex(4)
-    staging = final.with_name(f".{final.name}.writing-{token}")
-    staging.mkdir()
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    previous = final.with_name(f".{final.name}.previous-{token}")
-    if final.exists():
-        final.rename(previous)
-    staging.rename(final)
-    shutil.rmtree(previous, ignore_errors=True)
 
 
 def _with_absolute_paths(cfg: Config) -> Config:
