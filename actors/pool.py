@@ -29,7 +29,7 @@ class ReplicaPool:
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
-            raise ValueError(f"learner.calls_per_replica: expected at least 1, got {calls_per_replica}")
+            raise ValueError(f"pools.calls_per_replica: expected at least 1, got {calls_per_replica}")
         self.name, self.actors = name, actors
         self.calls_per_replica, self.retries = calls_per_replica, retries
         self.in_flight = [0] * len(actors)

@@ -5,7 +5,7 @@ a micro-batch (its question in the table, the query, its retrieved hits) it retu
 sampled selections and their log-probs (training), or the greedy selection (evaluation).
 Every call names the weights version to sample with (`PolicyWeights`); the replica installs
 it first if it holds another, and reports the version that drew.
-Placed by `actors.stages.ActorPools`, e.g. `RerankerActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stage_pools.ActorPools`, e.g. `RerankerActor.options(num_gpus=...).remote(...)`.
 """
 
 from __future__ import annotations

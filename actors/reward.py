@@ -3,7 +3,7 @@
 Last stage of the rollout stream: it scores each leaf's answer against its question's
 reference answers (from the micro-batch's question table); the driver backpropagates the
 scores up the rollout trees.
-Placed by `actors.stages.ActorPools`, e.g. `RewardActor.options(num_gpus=...).remote(...)`.
+Placed by `actors.stage_pools.ActorPools`, e.g. `RewardActor.options(num_gpus=...).remote(...)`.
 """
 
 from __future__ import annotations

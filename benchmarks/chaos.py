@@ -84,7 +84,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     seconds = time.perf_counter() - start
     steps = [r for r in read_metrics(run_dir) if "ledger" in r]
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "records": len(steps),
-            "ledger": summary["ledger"], "redispatched": summary["restarts"]}
+            "ledger": summary["ledger"], "redispatched": summary["redispatched_calls"]}
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import ray
 
-from actors.stages import ActorPools
+from actors.stage_pools import ActorPools
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from cluster.connect import connect
 from mmrag.config import Config

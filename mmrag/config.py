@@ -273,6 +273,12 @@ class LearnerConfig:
     """CPUs reserved by each learner worker."""
     startup_timeout_s: float = 300.0
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
+
+
+@dataclass
+class PoolsConfig:
+    """The stage actors' pools (translator, encoder, retrieval shards, reranker, generator, reward)."""
+
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     calls_per_replica: int = 2
@@ -365,6 +371,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    pools: PoolsConfig = field(default_factory=PoolsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
 
@@ -453,11 +460,24 @@ def _set_override(tree: dict, assignment: str) -> None:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from None
 
 
+MOVED_KEYS = {f"learner.{key}": f"pools.{key}" for key in
+              ("actor_num_cpus", "calls_per_replica", "max_restarts", "max_failed_batches", "call_retries")}
+"""Keys that moved to another section: a config still using the old one is refused, naming the new one."""
+
+
+def _refuse_moved_keys(tree: dict) -> None:
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        if isinstance(tree.get(section), dict) and key in tree[section]:
+            raise ConfigError(f"{old}: moved to {new}")
+
+
 def config_from_dict(data: dict, overrides: list[str] = ()) -> Config:
     """Build a `Config` from a plain mapping plus `a.b=value` overrides (`data` is left as it was)."""
     tree = copy.deepcopy(data)
     for assignment in overrides:
         _set_override(tree, assignment)
+    _refuse_moved_keys(tree)
     try:
         return _VALIDATOR.validate_python(tree)
     except pydantic.ValidationError as exc:

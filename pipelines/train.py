@@ -20,7 +20,7 @@ import sys
 import ray
 
 from actors.learner import LearnerGroup
-from actors.stages import ActorPools
+from actors.stage_pools import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config
@@ -46,7 +46,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, 
         cleanup.callback(learner.shutdown)
         summary = train(cfg, pools, learner, resume=resume, progress=progress)
         summary["generator_throughput"] = pools.generator_throughput()
-        summary["restarts"] = pools.restarts()
+        summary["redispatched_calls"] = pools.redispatched_calls()
         return summary
 
 

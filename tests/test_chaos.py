@@ -20,7 +20,7 @@ import ray
 from helpers import assert_same_exported_weights
 
 from actors.learner import LearnerGroup
-from actors.stages import ActorPools
+from actors.stage_pools import ActorPools
 from mmrag.training.accounting import RolloutLedger
 from mmrag.training.ledger import read_metrics
 from mmrag.training.loop import train
@@ -83,7 +83,7 @@ def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterr
                            ("translate", 5): "translator", ("rerank", 7): "reranker"})
         summary = train(cfg, pools, learner, progress=False)
         assert sorted(pools.killed) == ["generator", "reranker", "retrieval shard", "reward", "translator"]
-        assert sum(pools.restarts().values()) >= 5, pools.restarts()
+        assert sum(pools.redispatched_calls().values()) >= 5, pools.redispatched_calls()
     finally:
         learner.shutdown()
         pools.shutdown()

@@ -6,7 +6,7 @@ works (within `train.max_policy_lag`), install the new weights on the policy rep
 checkpoint and evaluate on schedule. The parts are two interfaces:
 
 * stages, as `StagePools` (`mmrag.training.streaming`): `InlinePools(LocalPipeline)` in one
-  process, or `actors.stages.ActorPools` over Ray actor pools;
+  process, or `actors.stage_pools.ActorPools` over Ray actor pools;
 * the learner (`mmrag.training.learner.Learner`): `LocalLearner` in one process, or
   `actors.learner.LearnerGroup` of DeepSpeed ranks.
 

@@ -69,9 +69,9 @@ class Rollouts:
             self.queue.popleft()
             if batch.failed:
                 self.failed_in_a_row += 1
-                if self.failed_in_a_row >= self.cfg.learner.max_failed_batches:
+                if self.failed_in_a_row >= self.cfg.pools.max_failed_batches:
                     raise RolloutFailed(f"{self.failed_in_a_row} rollout batches failed in a row "
-                                        f"(learner.max_failed_batches); the last: {batch.error}")
+                                        f"(pools.max_failed_batches); the last: {batch.error}")
                 continue
             self.failed_in_a_row = 0
             roots = assemble_trees(batch)

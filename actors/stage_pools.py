@@ -115,7 +115,7 @@ class ActorPools:
 
     @classmethod
     def launch(cls, cfg: Config, device_time: dict[str, DeviceTime]) -> ActorPools:
-        """Place every stage's actors (restartable, CPUs from `learner.actor_num_cpus`, GPUs per section).
+        """Place every stage's actors (restartable, CPUs from `pools.actor_num_cpus`, GPUs per section).
 
         `device_time` (benchmarks only) adds simulated device seconds to the calls of the stages it
         names ("translate", "retrieve", "rerank", "answer", "score").
@@ -123,11 +123,11 @@ class ActorPools:
         unknown = set(device_time) - {"translate", "retrieve", "rerank", "answer", "score"}
         if unknown:
             raise ValueError(f"device_time: unknown stage {sorted(unknown)[0]!r}")
-        cache, learner = cfg.zoo.cache_dir, cfg.learner
+        cache, settings = cfg.zoo.cache_dir, cfg.pools
 
         def place(actor_class, count: int, num_gpus: float, *args, stage: str) -> list:
-            options = actor_class.options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
-                                          max_restarts=learner.max_restarts, max_task_retries=0)
+            options = actor_class.options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
+                                          max_restarts=settings.max_restarts, max_task_retries=0)
             return [options.remote(*args, device_time=device_time.get(stage)) for _ in range(count)]
 
         groups = {
@@ -142,14 +142,14 @@ class ActorPools:
             "score": place(RewardActor, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache,
                            stage="score"),
         }
-        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=learner.max_restarts)
+        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts)
         for stage, actors in groups.items():
             _wait_started(stage, actors)
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
         router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
-        pools = {stage: ReplicaPool(stage, actors, learner.calls_per_replica, learner.call_retries)
+        pools = {stage: ReplicaPool(stage, actors, settings.calls_per_replica, settings.call_retries)
                  for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], learner.calls_per_replica, learner.call_retries)
+        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], settings.calls_per_replica, settings.call_retries)
                   for i, shard in enumerate(router.shards)]
         return cls(cfg, pools, shards, router)
 
@@ -236,7 +236,7 @@ class ActorPools:
         seconds = max(r["seconds"] for r in reports)
         return {"leaves": leaves, "seconds": seconds, "leaves_per_s": leaves / seconds if seconds > 0 else 0.0}
 
-    def restarts(self) -> dict[str, int]:
+    def redispatched_calls(self) -> dict[str, int]:
         """Calls re-dispatched after their replica died, per pool."""
         return {pool.name: pool.redispatched for pool in [*self.pools.values(), *self.shards] if pool.redispatched}
 
