@@ -273,6 +273,13 @@ class LearnerConfig:
     """CPUs reserved by each learner worker."""
     startup_timeout_s: float = 300.0
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
+    call_timeout_s: float = 600.0
+    """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
+    timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    max_restores: int = 3
+    """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
+    naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of
+    memory, is not worth redoing forever)."""
 
 
 @dataclass
@@ -289,7 +296,11 @@ class PoolsConfig:
     max_failed_batches: int = 3
     """Rollout batches failing in a row that stop the run (an actor that cannot work, not a bad batch)."""
     call_retries: int = 3
-    """Times a stage call whose actor died is re-dispatched (to a live replica) before its batch counts as failed."""
+    """Times a stage call whose actor died or hung is re-dispatched (to a live replica) before its batch counts as
+    failed."""
+    call_timeout_s: float = 300.0
+    """Deadline of one stage call: past it the replica counts as hung, is killed (Ray restarts it) and the call is
+    re-dispatched; two timeouts in a row take a replica out of its pool until it answers a health check."""
 
 
 @dataclass

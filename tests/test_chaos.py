@@ -21,7 +21,6 @@ from helpers import assert_same_exported_weights
 
 from actors.learner import LearnerGroup
 from actors.stage_pools import ActorPools
-from mmrag.training.accounting import RolloutLedger
 from mmrag.training.ledger import read_metrics
 from mmrag.training.loop import train
 
@@ -67,9 +66,11 @@ class ChaosLearner(LearnerGroup):
 
 
 def assert_finished_and_balanced(run_dir, summary) -> None:
+    """The run reached its steps and exported; every step passed its own ledger check, so the trained rollouts
+    are the learner's, each once: they must be the uninterrupted run's 1..STEPS."""
     assert max(r["step"] for r in read_metrics(run_dir) if "ledger" in r) == STEPS
     assert (run_dir / "export" / "export.json").is_file()
-    RolloutLedger(**summary["ledger"]).check()
+    assert summary["trained_rollouts"] == list(range(1, STEPS + 1))
 
 
 def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterrupted_weights(
@@ -105,6 +106,7 @@ def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
         pools.shutdown()
     assert_finished_and_balanced(tmp_path, summary)
     assert summary["ledger"]["steps_redone"] == 1
-    assert summary["ledger"]["lost_to_learner_failure"] == 2 * cfg.train.questions_per_step
+    assert summary["ledger"]["abandoned_attempts"] == 2, "rollouts 3 (trained) and 4 (in the failed update)"
+    assert summary["ledger"]["restores"]["rank_lost"] == 1
     # Two ranks sum gradients in another order than the yardstick's one; see test_learner's ZeRO-3 comparison.
     assert_same_exported_weights(tmp_path, distributed_sync_run, atol=5e-5)

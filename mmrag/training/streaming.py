@@ -238,8 +238,9 @@ class RolloutStream:
 def assemble_trees(batch: RolloutBatch) -> list[Node]:
     """One rollout tree per question of a finished batch, in question order; leaves carry rewards.
 
-    Translator nodes record the translator version that drew them, reranker nodes (the leaves)
-    the reranker version, and each leaf's payload both.
+    Roots record the rollout number (which the learner reports back), translator nodes the
+    translator version that drew them, reranker nodes (the leaves) the reranker version, and
+    each leaf's payload both.
     """
     roots = []
     for mb in batch.micro_batches:
@@ -250,7 +251,7 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
         row = 0
         for question, samples in zip(mb.questions, sampled.queries):
             root = Node("root", output=question.id, policy_version=min(versions.values()),
-                        payload={"question": question})
+                        payload={"question": question, "rollout": batch.number})
             for sample in samples:
                 t_node = root.add(Node("translator", output=sample.text, logprob=sample.logprob,
                                        policy_version=sampled.policy_version, payload={"hits": hits[row]}))
