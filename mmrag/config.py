@@ -257,6 +257,9 @@ class TrainConfig:
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25
     """Evaluate greedily on held-out questions every this many steps."""
+    preemption_grace_s: float = 120.0
+    """After SIGTERM (a node about to be reclaimed), how long `mmrag train` may take to reach the next step boundary
+    and checkpoint there; past it, it exits on the latest complete checkpoint. Either way with status 0."""
     eval_questions: int = 64
     """Held-out (val) questions per evaluation, taken at even strides over the split (so from many entities)."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -376,3 +377,29 @@ def test_a_driver_killed_at_any_moment_resumes_from_its_latest_complete_checkpoi
     assert records[-1]["ledger"]["trained"] == 8
     assert (tmp_path / "run" / "export" / "export.json").is_file()
     assert not list((tmp_path / "run" / "checkpoints").glob("*.partial")), "a half-written checkpoint stays behind"
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_at_the_next_step_boundary_exits_0_and_resume_finishes(tiny_config, tmp_path):
+    """What Kubernetes and Slurm send before reclaiming a node: the run saves the step it is in, then exits 0."""
+    cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=0", "train.steps=8", "train.eval_every=100")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    command = [sys.executable, "-m", "pipelines.train", "--config", str(config_file), "--mode", "local-reference",
+               "--no-progress"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    while not (metrics.is_file() and '"ledger"' in metrics.read_text()):
+        assert driver.poll() is None and time.monotonic() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGTERM)
+    output, _ = driver.communicate(timeout=cfg.train.preemption_grace_s)
+    assert driver.returncode == 0, output[-2000:]
+    saved = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    stopped_at = step_records(tmp_path / "run")[-1]["step"]
+    assert saved == f"step_{stopped_at:06d}" and stopped_at < 8, "the step in progress was saved, no later one"
+    assert f"stopped by SIGTERM at step {stopped_at}" in output
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r["step"] for r in step_records(tmp_path / "run")] == list(range(1, 9))

@@ -21,6 +21,7 @@ completed step stop the run. Every weights id carries the run's restore generati
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -90,8 +91,13 @@ class TrainingRun:
         return replace(weights, generation=self.generation)
 
 
-def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False, progress: bool = True) -> dict:
-    """Train translator and reranker on these parts; returns the first and last held-out evaluations."""
+def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False, progress: bool = True,
+          stop: threading.Event | None = None) -> dict:
+    """Train translator and reranker on these parts; returns the first and last held-out evaluations.
+
+    `stop` (set on SIGTERM by `mmrag train`): checkpoint at the next step boundary and return early, with
+    `preempted_at` the step saved; `--resume` continues from there.
+    """
     seed_everything(cfg.train.seed)
     run_dir = prepare_run_dir(cfg)
     held_out = held_out_sample(load_questions(cfg.data.dir, "val"), cfg.train.eval_questions)
@@ -112,18 +118,19 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     try:
         if 0 not in run.evaluations:
             run.evaluations[0] = _evaluate(pools, held_out, metrics, 0)
-        _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress)
+        preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
-            "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned)}
+            "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned),
+            "preempted_at": run.step if preempted else None}
 
 
 def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLedger,
-          held_out: list[Question], run_dir: Path, progress: bool) -> None:
+          held_out: list[Question], run_dir: Path, progress: bool, stop: threading.Event | None) -> bool:
     """Steps, then the export; a learner failure in any of its calls (update, publishing, save, export, the
-    rebuild itself) restores it and goes on from the restored step."""
+    rebuild itself) restores it and goes on from the restored step. Whether `stop` ended it early."""
     cfg = run.cfg
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
     while True:
@@ -131,11 +138,24 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
             if run.step == cfg.train.steps:
                 learner.export(run_dir / "export")
                 break
+            if stop is not None and stop.is_set():
+                _checkpoint(run, learner, run_dir)
+                log.warning("stopped at step %d (SIGTERM): checkpointed; --resume continues", run.step)
+                bar.close()
+                return True
             _step(run, pools, learner, stream, metrics, held_out, run_dir, bar)
         except LearnerFailed as exc:
             _recover_learner(run, learner, pools, run_dir, exc)
             bar.n = run.step
     bar.close()
+    return False
+
+
+def _checkpoint(run: TrainingRun, learner: Learner, run_dir: Path) -> None:
+    """Save this step unless it is saved already (the latest checkpoint is the step's)."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None or load_driver_state(latest).step != run.step:
+        save_checkpoint(run_dir, learner, run.driver_state(learner.version))
 
 
 def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLedger,
