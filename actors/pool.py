@@ -5,8 +5,9 @@ one running, the next queued behind it, so a replica never idles between calls).
 are created with `max_restarts`, so Ray restarts a dead one and its constructor reloads its
 state (model, shard); policy weights come with every call, so a restarted policy replica
 installs the current version before it samples. A call whose replica died is sent again,
-preferring another replica, up to `retries` times; a call that raised in the actor's own code
-is not retried (it would fail again) and fails its micro-batch.
+preferring another replica, up to `retries` times, after a doubling back-off when every
+replica has just lost one (a replica Ray is still restarting spends no attempt); a call that
+raised in the actor's own code is not retried (it would fail again) and fails its micro-batch.
 
 Every call has a deadline (`pools.call_timeout_s`): one past it is treated as lost, its
 replica hung (a wedged device call, a process stopped by the OS). The replica is killed
@@ -30,6 +31,9 @@ SUSPECT_SECONDS = 10.0
 """How long a replica that lost a call is avoided when others have room (doubling per timeout in a row)."""
 MAX_TIMEOUTS_IN_A_ROW = 2
 """Timeouts in a row after which a replica leaves its pool until it answers a health check."""
+BACKOFF_S = 1.0
+"""First wait before re-sending a call when every replica of its pool has just lost one (doubling per re-send)."""
+MAX_BACKOFF_S = 16.0
 
 
 class ReplicaPool:
@@ -100,15 +104,19 @@ class Call:
 
     def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any]):
         self.pool, self.method, self.args, self.finish = pool, method, args, finish
-        self.replica, self.attempts, self.deadline = -1, 0, 0.0
+        self.replica, self.attempts, self.resends = -1, 0, 0
+        self.deadline = 0.0
+        """When `expire` must look at the call: its answer's deadline, or (no refs: backing off) its re-send time."""
+        self.counts_next = True
+        """Whether the dispatch after the back-off counts as an attempt (a replica that was restarting: no)."""
         self.refs: list = []
         self.value: Any = None
         self.error: str | None = None
         self.done = False
 
-    def dispatch(self) -> None:
+    def dispatch(self, counted: bool = True) -> None:
         pool = self.pool
-        self.replica, self.attempts = pool.pick(), self.attempts + 1
+        self.replica, self.attempts = pool.pick(), self.attempts + counted
         self.deadline = time.monotonic() + pool.deadline_s
         self.refs = [getattr(pool.actors[self.replica], self.method).remote(*self.args)]
         pool.in_flight[self.replica] += 1
@@ -120,6 +128,9 @@ class Call:
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
             pool.timeouts_in_a_row[self.replica] = 0
+        except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
+            pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
+            self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
             pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
             self._resend(f"replica lost {self.attempts} times ({exc})")
@@ -127,18 +138,31 @@ class Call:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
 
     def expire(self, now: float) -> bool:
-        """If the call is past its deadline: count it lost, kill its replica, re-dispatch it. Whether it was."""
+        """If the call is past its deadline: count it lost, kill its replica, re-dispatch it; if its back-off is
+        over: dispatch it. Whether it was (re-)dispatched or failed."""
         if self.done or now < self.deadline:
             return False
+        if not self.refs:
+            self.dispatch(self.counts_next)
+            return True
         pool = self.pool
         pool.in_flight[self.replica] -= 1
         pool.hung(self.replica)
         self._resend(f"no answer within {pool.deadline_s:g} s, {self.attempts} times (pools.call_timeout_s)")
         return True
 
-    def _resend(self, failure: str) -> None:
-        if self.attempts > self.pool.retries:
-            self.error, self.done = f"{self.pool.name}: {failure}", True
+    def _resend(self, failure: str, counted: bool = True) -> None:
+        """Send the call again: at once if some replica has not just lost a call, else after a back-off that
+        doubles with each re-send (a lone replica Ray is restarting needs seconds to load its model)."""
+        pool = self.pool
+        if counted and self.attempts > pool.retries:
+            self.error, self.done = f"{pool.name}: {failure}", True
+            return
+        pool.redispatched += 1
+        self.resends += 1
+        now = time.monotonic()
+        if any(pool.suspect_until[i] <= now for i in pool.serving()):
+            self.dispatch(counted)
         else:
-            self.pool.redispatched += 1
-            self.dispatch()
+            self.refs, self.counts_next = [], counted
+            self.deadline = now + min(BACKOFF_S * 2 ** (self.resends - 1), MAX_BACKOFF_S)

@@ -53,6 +53,9 @@ class RetrievalCall:
         self.done = False
 
     def _searches(self) -> list[Call]:
+        """The shards' searches on the encoder's vectors (none while the encode call backs off)."""
+        if not self.encode.refs or self.encode.error:
+            return []
         return [pool.call("search", self.encode.refs[0], self.k) for pool in self.shards]
 
     @property
@@ -65,14 +68,14 @@ class RetrievalCall:
         return min(call.deadline for call in [self.encode, *self.searches] if not call.done)
 
     def settle(self, ready: set) -> None:
-        if not self.encode.done and self.encode.refs[0] in ready:
-            attempts = self.encode.attempts
+        if not self.encode.done and _answered(self.encode, ready):
+            resends = self.encode.resends
             self.encode.settle()
-            if self.encode.attempts > attempts:  # the encoder died: the searches wait on lost vectors
+            if self.encode.resends > resends:  # the encoder died: the searches wait on lost vectors
                 self._search_again()
                 return
         for call in self.searches:
-            if not call.done and call.refs[0] in ready:
+            if not call.done and _answered(call, ready):
                 call.settle()
         self._conclude()
 
@@ -86,7 +89,7 @@ class RetrievalCall:
 
     def _search_again(self) -> None:
         for call in self.searches:
-            if not call.done:
+            if not call.done and call.refs:
                 call.pool.in_flight[call.replica] -= 1
         self.searches = self._searches()
 
@@ -94,7 +97,7 @@ class RetrievalCall:
         failed = [c.error for c in [self.encode, *self.searches] if c.done and c.error]
         if failed:
             self.error, self.done = failed[0], True
-        elif all(call.done for call in self.searches):
+        elif self.searches and all(call.done for call in self.searches):
             self.value, self.done = merge_topk([call.value for call in self.searches], self.k), True
 
 
@@ -125,7 +128,7 @@ class _SingleCall:
         return self.call.deadline
 
     def settle(self, ready: set) -> None:
-        if self.call.refs[0] in ready:
+        if _answered(self.call, ready):
             self.call.settle()
 
     def expire(self, now: float) -> None:
@@ -211,8 +214,12 @@ class ActorPools:
             if any(pool.health_checks for pool in self._all_pools()):
                 wake.append(time.monotonic() + HEALTH_POLL_S)
             left = None if not wake else max(min(wake) - time.monotonic(), 0.0)
-            ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
-            ready = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
+                ready = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+            else:  # every call is backing off before a re-send
+                time.sleep(left or 0.0)
+                ready = set()
             now = time.monotonic()
             for pool in self._all_pools():
                 pool.check_health()
@@ -308,6 +315,10 @@ _POOL_OF = {"translate": "translate", "translate_greedy": "translate", "retrieve
 _METHODS = {"translate": ("sample", "translator"), "translate_greedy": ("greedy", "translator"),
             "rerank": ("sample", "reranker"), "rerank_greedy": ("greedy", "reranker"),
             "answer": ("answer", None), "score": ("score", None)}
+
+
+def _answered(call: Call, ready: set) -> bool:
+    return bool(call.refs) and call.refs[0] in ready
 
 
 def _refs_of(future) -> list:

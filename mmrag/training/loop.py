@@ -133,6 +133,7 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     rebuild itself) restores it and goes on from the restored step. Whether `stop` ended it early."""
     cfg = run.cfg
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
+    last_end = time.perf_counter()
     while True:
         try:
             if run.step == cfg.train.steps:
@@ -143,10 +144,11 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
                 log.warning("stopped at step %d (SIGTERM): checkpointed; --resume continues", run.step)
                 bar.close()
                 return True
-            _step(run, pools, learner, stream, metrics, held_out, run_dir, bar)
+            last_end = _step(run, pools, learner, stream, metrics, held_out, run_dir, bar, last_end)
         except LearnerFailed as exc:
             _recover_learner(run, learner, pools, run_dir, exc)
             bar.n = run.step
+            last_end = time.perf_counter()
     bar.close()
     return False
 
@@ -159,9 +161,10 @@ def _checkpoint(run: TrainingRun, learner: Learner, run_dir: Path) -> None:
 
 
 def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLedger,
-          held_out: list[Question], run_dir: Path, bar: tqdm) -> None:
+          held_out: list[Question], run_dir: Path, bar: tqdm, last_end: float) -> float:
+    """One optimiser step, its record, checkpoint and evaluation; when its record was taken (the next step's
+    seconds count from there, the previous step's checkpoint and evaluation included)."""
     cfg = run.cfg
-    started = time.perf_counter()
     experience = run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
     learner_version = learner.version
     pending = learner.start_update(experience.roots)
@@ -171,8 +174,8 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     weights = run.stamped(update.weights)
     pools.stages.install(weights)
     run.step += 1
-    record = _step_record(run, experience, update, weights, learner_version, stream,
-                          time.perf_counter() - started)
+    now = time.perf_counter()
+    record = _step_record(run, experience, update, weights, learner_version, stream, now - last_end)
     metrics.log(run.step, record)
     bar.update(1)
     bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
@@ -182,6 +185,7 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     run.restores_in_a_row = 0
     if run.step % cfg.train.eval_every == 0 or final:
         run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step)
+    return now
 
 
 def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate, weights: Weights,

@@ -26,6 +26,11 @@ from mmrag.training.run import QuestionCursor, score_trees
 from mmrag.training.streaming import RolloutBatch, RolloutStream, assemble_trees
 
 
+LEARNER_POLL_S = 1.0
+"""While the learner trains, how often the driver asks it whether it is done even when nothing else happens
+(a rank past its deadline makes `PendingUpdate.done` true without any result arriving)."""
+
+
 class RolloutFailed(RuntimeError):
     """Rollouts keep failing: a stage that cannot work, not one bad batch."""
 
@@ -96,7 +101,7 @@ class Rollouts:
         learner's update is done."""
         while not pending.done():
             self._fill(training=True, most=steps_after)
-            self._pump(also=pending.futures)
+            self._pump(also=pending.futures, timeout=LEARNER_POLL_S)
 
     def discard(self) -> None:
         """Stop every started batch (after a learner restore: lost weights drew them; the restore's
@@ -132,6 +137,6 @@ class Rollouts:
             self.ledger.started(self.started)
             self.queue.append(self.stream.start(questions, self.started))
 
-    def _pump(self, also: list = ()) -> None:
-        for batch in self.stream.pump(also):
+    def _pump(self, also: list = (), timeout: float | None = None) -> None:
+        for batch in self.stream.pump(also, timeout):
             self.ledger.finished(batch.number, batch.failed)
