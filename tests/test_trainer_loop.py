@@ -403,3 +403,13 @@ def test_sigterm_checkpoints_at_the_next_step_boundary_exits_0_and_resume_finish
     done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert [r["step"] for r in step_records(tmp_path / "run")] == list(range(1, 9))
+
+
+def test_a_replica_that_held_a_version_installs_the_same_number_redone_after_a_restore():
+    """The finding: a replica decided by the number alone, so it kept the pre-failure version 9 as the new 9."""
+    from actors.policy import InstalledVersion, PolicyWeights
+
+    replica = InstalledVersion()
+    replica.held = (0, 9)
+    assert replica.needs(PolicyWeights(9, (), generation=1)), "version 9 of the restored learner is other weights"
+    assert not replica.needs(PolicyWeights(9, (), generation=0))
