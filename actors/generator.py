@@ -4,7 +4,7 @@ Sits after the reranker in the rollout stream: it answers each leaf of a micro-b
 question in the table, the selected evidence) and the answers go on to the reward pool. A
 pool of `generator.num_replicas` of them shares the leaves; each counts its own busy time,
 so benchmarks can compare the end-to-end rate with the pool's own batched rate.
-Placed by `actors.stages.ActorPools` as `ray.remote(GeneratorActor).options(num_gpus=...)`: a plain
+Placed by `actors.stage_pools.ActorPools` as `ray.remote(GeneratorActor).options(num_gpus=...)`: a plain
 class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 

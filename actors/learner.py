@@ -6,7 +6,10 @@ a free port there, so the ranks join one torch process group themselves. Then ea
 is the same method on every rank, awaited together: `update` (one optimiser step on
 `roots[rank::W]`; rank 0's call also returns the new trainable weights as extra return
 values, so they enter the object store once per version), `save`, `load`, `export`. A
-failing rank fails the call at once, naming the rank; a process group cannot take a rank
+failing rank fails the call at once, naming the rank, and so does a rank that has not answered
+within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
+process); the process group itself is built with that timeout, so a collective broken by
+a dead peer fails on the survivors too. A process group cannot take a rank
 back, so `restart` replaces the whole group and restores a checkpoint. What a rank does is
 `mmrag.training.deepspeed_rank.DeepSpeedRank`; `LearnerRank` only hosts it.
 """
@@ -34,10 +37,10 @@ survivors too, and the dead rank is the one to name."""
 
 
 class LearnerRankError(LearnerFailed):
-    """A learner rank died, failed or did not start; the group must be restarted (`LearnerGroup.restart`)."""
+    """A learner rank died, raised, or did not start in time; the group must be restarted (`LearnerGroup.restart`)."""
 
-    def __init__(self, rank: int, message: str):
-        super().__init__(message)
+    def __init__(self, rank: int, message: str, lost: bool = True):
+        super().__init__(message, lost)
         self.rank = rank
 
 
@@ -116,25 +119,27 @@ def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: li
         return LearnerRankError(rank, f"learner rank {rank} died during {what} (its process exited or became "
                                       f"unreachable); restart the group from a checkpoint: LearnerGroup.restart")
     cause = getattr(error, "cause", None) or error  # a task error carries the rank's own exception
-    return LearnerRankError(rank, f"learner rank {rank} failed during {what}: {type(cause).__name__}: {cause}")
+    return LearnerRankError(rank, f"learner rank {rank} raised during {what}: {type(cause).__name__}: {cause}",
+                            lost=False)
 
 
-def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float | None = None, waiting_for: str = "") -> list:
+def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float, waiting_for: str = "",
+                   setting: str = "learner.call_timeout_s") -> list:
     """Each rank's result of one call (refs in rank order), raising `LearnerRankError` as soon as one rank fails,
-    or when `timeout` passes (`waiting_for` says on what, in that error).
+    or when `timeout` (the config's `setting`) passes: a hung rank counts as lost (`waiting_for` says on what).
 
     Waits on all ranks at once: the others may be blocked in a collective with the failed one.
     """
     rank_of = {ref: rank for rank, ref in enumerate(refs)}
     results, pending = [None] * len(refs), list(refs)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = time.monotonic() + timeout
     while pending:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
             late = ", ".join(str(rank_of[ref]) for ref in pending)
             raise LearnerRankError(rank_of[pending[0]], f"learner rank {late} did not finish {what} within "
-                                                        f"{timeout:g} s (learner.startup_timeout_s): {waiting_for}")
+                                                        f"{timeout:g} s ({setting}){': ' if waiting_for else ''}"
+                                                        f"{waiting_for}")
         try:
             results[rank_of[ready[0]]] = ray.get(ready[0])
         except RayError as error:
@@ -151,14 +156,20 @@ class GroupUpdate:
     """Each rank's record of the update, in rank order."""
     weight_refs: tuple
     """Rank 0's (translator, reranker) weights of the new version."""
+    deadline: float
+    """`time.monotonic()` past which a rank still updating counts as hung (`learner.call_timeout_s`)."""
 
     def done(self) -> bool:
-        return len(ray.wait(self.futures, num_returns=len(self.futures), timeout=0)[0]) == len(self.futures)
+        """Every rank finished, or one failed (noticed at once: the others may wait in a collective for it), or the
+        deadline passed."""
+        ready = ray.wait(self.futures, num_returns=len(self.futures), timeout=0)[0]
+        return (len(ready) == len(self.futures) or any(_error_of(ref) is not None for ref in ready)
+                or time.monotonic() >= self.deadline)
 
     def result(self) -> LearnerUpdate:
-        record = wait_for_ranks(self.futures, "update")[0]
+        record = wait_for_ranks(self.futures, "update", max(0.0, self.deadline - time.monotonic()))[0]
         update = LearnerUpdate(record["version"], record["losses"], record["seconds"],
-                               Weights(record["version"], *self.weight_refs))
+                               Weights(record["version"], *self.weight_refs), record["rollouts"])
         self.group.version, self.group.published = update.version, update.weights
         return update
 
@@ -185,13 +196,15 @@ class LearnerGroup:
         self.ranks = [self.rank_actor.options(**options).remote() for _ in range(world)]
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
-                           learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)")
+                           learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)",
+                           "learner.startup_timeout_s")
             address, port = ray.get(self.ranks[0].rendezvous_address.remote())
             restore = None if checkpoint is None else str(checkpoint)
             starts = [rank.start.remote(self.cfg, i, world, address, port, restore)
                       for i, rank in enumerate(self.ranks)]
             self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s,
-                                          "still joining the process group or loading its models")[0]
+                                          "still joining the process group or loading its models",
+                                          "learner.startup_timeout_s")[0]
             self.published = self._publish()
         except BaseException:
             self.shutdown()
@@ -199,7 +212,7 @@ class LearnerGroup:
 
     def _publish(self) -> Weights:
         calls = [rank.publish.remote() for rank in self.ranks]
-        wait_for_ranks([translator for translator, _ in calls], "publishing weights")
+        wait_for_ranks([translator for translator, _ in calls], "publishing weights", self.cfg.learner.call_timeout_s)
         return Weights(self.version, *calls[0])
 
     def weights(self) -> Weights:
@@ -210,10 +223,12 @@ class LearnerGroup:
         """Start one optimiser step on every rank; returns at once."""
         batch = ray.put(roots)
         calls = [rank.update.remote(batch) for rank in self.ranks]
-        return GroupUpdate(self, [record for record, _, _ in calls], tuple(calls[0][1:]))
+        return GroupUpdate(self, [record for record, _, _ in calls], tuple(calls[0][1:]),
+                           time.monotonic() + self.cfg.learner.call_timeout_s)
 
     def _on_every_rank(self, method: str, *args) -> list:
-        return wait_for_ranks([getattr(rank, method).remote(*args) for rank in self.ranks], method)
+        return wait_for_ranks([getattr(rank, method).remote(*args) for rank in self.ranks], method,
+                              self.cfg.learner.call_timeout_s)
 
     def save(self, directory: str | Path) -> None:
         self._on_every_rank("save", str(directory))

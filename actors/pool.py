@@ -5,8 +5,15 @@ one running, the next queued behind it, so a replica never idles between calls).
 are created with `max_restarts`, so Ray restarts a dead one and its constructor reloads its
 state (model, shard); policy weights come with every call, so a restarted policy replica
 installs the current version before it samples. A call whose replica died is sent again,
-preferring another replica, up to `retries` times; a call that raised in the actor's own code
-is not retried (it would fail again) and fails its micro-batch.
+preferring another replica, up to `retries` times, after a doubling back-off when every
+replica has just lost one (a replica Ray is still restarting spends no attempt); a call that
+raised in the actor's own code is not retried (it would fail again) and fails its micro-batch.
+
+Every call has a deadline (`pools.call_timeout_s`): one past it is treated as lost, its
+replica hung (a wedged device call, a process stopped by the OS). The replica is killed
+(`ray.kill`, so Ray restarts it) and avoided for a period that doubles with each timeout in a
+row, and the call is re-dispatched like a call whose replica died. A replica that times out
+`MAX_TIMEOUTS_IN_A_ROW` times in a row leaves the pool until it answers a health check.
 """
 
 from __future__ import annotations
@@ -21,23 +28,39 @@ from ray.exceptions import ActorUnavailableError, ObjectLostError, RayActorError
 REPLICA_LOST = (RayActorError, ActorUnavailableError, ObjectLostError)
 """Errors that mean the replica (or what it produced) is gone, not that its code failed."""
 SUSPECT_SECONDS = 10.0
-"""How long a replica that lost a call is avoided when others have room."""
+"""How long a replica that lost a call is avoided when others have room (doubling per timeout in a row)."""
+MAX_TIMEOUTS_IN_A_ROW = 2
+"""Timeouts in a row after which a replica leaves its pool until it answers a health check."""
+BACKOFF_S = 1.0
+"""First wait before re-sending a call when every replica of its pool has just lost one (doubling per re-send)."""
+MAX_BACKOFF_S = 16.0
 
 
 class ReplicaPool:
-    def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int):
+    def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float):
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
-            raise ValueError(f"learner.calls_per_replica: expected at least 1, got {calls_per_replica}")
+            raise ValueError(f"pools.calls_per_replica: expected at least 1, got {calls_per_replica}")
+        if deadline_s <= 0:
+            raise ValueError(f"pools.call_timeout_s: expected > 0, got {deadline_s}")
         self.name, self.actors = name, actors
-        self.calls_per_replica, self.retries = calls_per_replica, retries
+        self.calls_per_replica, self.retries, self.deadline_s = calls_per_replica, retries, deadline_s
         self.in_flight = [0] * len(actors)
         self.suspect_until = [0.0] * len(actors)
+        self.timeouts_in_a_row = [0] * len(actors)
+        self.health_checks: dict[int, ray.ObjectRef] = {}
+        """Replicas out of the pool -> their pending health check."""
         self.redispatched = 0
+        self.timed_out = 0
+
+    def serving(self) -> list[int]:
+        """The replicas in the pool (all of them when every one is out: a call must go somewhere)."""
+        inside = [i for i in range(len(self.actors)) if i not in self.health_checks]
+        return inside or list(range(len(self.actors)))
 
     def has_room(self) -> bool:
-        return min(self.in_flight) < self.calls_per_replica
+        return min(self.in_flight[i] for i in self.serving()) < self.calls_per_replica
 
     def call(self, method: str, *args: Any, finish: Callable[[Any], Any] = lambda value: value) -> Call:
         """Start `method(*args)` on the least busy replica (preferring ones that have not just lost a call)."""
@@ -47,7 +70,29 @@ class ReplicaPool:
 
     def pick(self) -> int:
         now = time.monotonic()
-        return min(range(len(self.actors)), key=lambda i: (self.suspect_until[i] > now, self.in_flight[i], i))
+        return min(self.serving(), key=lambda i: (self.suspect_until[i] > now, self.in_flight[i], i))
+
+    def hung(self, replica: int) -> None:
+        """`replica` let a call pass its deadline: kill it (Ray restarts it), avoid it, maybe take it out."""
+        self.timed_out += 1
+        self.timeouts_in_a_row[replica] += 1
+        misses = self.timeouts_in_a_row[replica]
+        self.suspect_until[replica] = time.monotonic() + SUSPECT_SECONDS * 2 ** (misses - 1)
+        ray.kill(self.actors[replica], no_restart=False)
+        if misses >= MAX_TIMEOUTS_IN_A_ROW:
+            self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
+
+    def check_health(self) -> None:
+        """Take back every replica out of the pool whose health check answered; re-check the ones it failed."""
+        for replica, ref in list(self.health_checks.items()):
+            if ray.wait([ref], timeout=0)[0]:
+                try:
+                    ray.get(ref)
+                except RayActorError:
+                    self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
+                    continue
+                del self.health_checks[replica]
+                self.timeouts_in_a_row[replica] = 0
 
     def broadcast(self, method: str, *args: Any) -> list:
         """`method(*args)` on every replica, blocking; their results."""
@@ -59,15 +104,20 @@ class Call:
 
     def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any]):
         self.pool, self.method, self.args, self.finish = pool, method, args, finish
-        self.replica, self.attempts = -1, 0
+        self.replica, self.attempts, self.resends = -1, 0, 0
+        self.deadline = 0.0
+        """When `expire` must look at the call: its answer's deadline, or (no refs: backing off) its re-send time."""
+        self.counts_next = True
+        """Whether the dispatch after the back-off counts as an attempt (a replica that was restarting: no)."""
         self.refs: list = []
         self.value: Any = None
         self.error: str | None = None
         self.done = False
 
-    def dispatch(self) -> None:
+    def dispatch(self, counted: bool = True) -> None:
         pool = self.pool
-        self.replica, self.attempts = pool.pick(), self.attempts + 1
+        self.replica, self.attempts = pool.pick(), self.attempts + counted
+        self.deadline = time.monotonic() + pool.deadline_s
         self.refs = [getattr(pool.actors[self.replica], self.method).remote(*self.args)]
         pool.in_flight[self.replica] += 1
 
@@ -77,12 +127,42 @@ class Call:
         pool.in_flight[self.replica] -= 1
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
+            pool.timeouts_in_a_row[self.replica] = 0
+        except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
+            pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
+            self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
             pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
-            if self.attempts > pool.retries:
-                self.error, self.done = f"{pool.name}: replica lost {self.attempts} times ({exc})", True
-            else:
-                pool.redispatched += 1
-                self.dispatch()
+            self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
+
+    def expire(self, now: float) -> bool:
+        """If the call is past its deadline: count it lost, kill its replica, re-dispatch it; if its back-off is
+        over: dispatch it. Whether it was (re-)dispatched or failed."""
+        if self.done or now < self.deadline:
+            return False
+        if not self.refs:
+            self.dispatch(self.counts_next)
+            return True
+        pool = self.pool
+        pool.in_flight[self.replica] -= 1
+        pool.hung(self.replica)
+        self._resend(f"no answer within {pool.deadline_s:g} s, {self.attempts} times (pools.call_timeout_s)")
+        return True
+
+    def _resend(self, failure: str, counted: bool = True) -> None:
+        """Send the call again: at once if some replica has not just lost a call, else after a back-off that
+        doubles with each re-send (a lone replica Ray is restarting needs seconds to load its model)."""
+        pool = self.pool
+        if counted and self.attempts > pool.retries:
+            self.error, self.done = f"{pool.name}: {failure}", True
+            return
+        pool.redispatched += 1
+        self.resends += 1
+        now = time.monotonic()
+        if any(pool.suspect_until[i] <= now for i in pool.serving()):
+            self.dispatch(counted)
+        else:
+            self.refs, self.counts_next = [], counted
+            self.deadline = now + min(BACKOFF_S * 2 ** (self.resends - 1), MAX_BACKOFF_S)

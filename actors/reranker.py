@@ -5,7 +5,7 @@ a micro-batch (its question in the table, the query, its retrieved hits) it retu
 sampled selections and their log-probs (training), or the greedy selection (evaluation).
 Every call names the weights version to sample with (`PolicyWeights`); the replica installs
 it first if it holds another, and reports the version that drew.
-Placed by `actors.stages.ActorPools` as `ray.remote(RerankerActor).options(num_gpus=...)`: a plain
+Placed by `actors.stage_pools.ActorPools` as `ray.remote(RerankerActor).options(num_gpus=...)`: a plain
 class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 

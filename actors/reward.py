@@ -3,7 +3,7 @@
 Last stage of the rollout stream: it scores each leaf's answer against its question's
 reference answers (from the micro-batch's question table); the driver backpropagates the
 scores up the rollout trees.
-Placed by `actors.stages.ActorPools` as `ray.remote(RewardActor).options(num_gpus=...)`: a plain
+Placed by `actors.stage_pools.ActorPools` as `ray.remote(RewardActor).options(num_gpus=...)`: a plain
 class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 

@@ -4,7 +4,7 @@ First stage of the rollout stream: it gets a micro-batch's question table (an ob
 and returns n sampled queries per question with their log-probs (training), or the greedy
 query (evaluation). Every call names the weights version to sample with (`PolicyWeights`);
 the replica installs it first if it holds another, and reports the version that drew.
-Placed by `actors.stages.ActorPools` as `ray.remote(TranslatorActor).options(num_gpus=...)`: a plain
+Placed by `actors.stage_pools.ActorPools` as `ray.remote(TranslatorActor).options(num_gpus=...)`: a plain
 class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 

@@ -1,13 +1,15 @@
-"""Chaos benchmark: distributed training while a random actor process is SIGKILLed every N seconds.
+"""Chaos benchmark: distributed training while actor processes are SIGKILLed or SIGSTOPped every N seconds.
 
-Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS]` from the
-repository root, with the config's dataset and index built. Trains twice with the same
-config: once undisturbed, once with a killer thread that every `--every` seconds SIGKILLs one
-process chosen at random among this run's stage actors (translator, encoder, retrieval
-shards, reranker, generators, reward) and learner ranks. Reports steps/s of both runs, the
-kills by kind, the calls re-dispatched, the learner restores and steps redone, and the
-rollout ledger of the chaos run; writes the table as its section of benchmarks/RESULTS.md and writes
-benchmarks/results/chaos.json.
+Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]`
+from the repository root, with the config's dataset and index built. For each lag, trains
+twice with the same config (a checkpoint every step at lag > 0): once undisturbed, once with
+a killer thread that every `--every` seconds picks one process at random among this run's
+stage actors and learner ranks and SIGKILLs it, or, every third time, SIGSTOPs a generator
+or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
+so the deadline has to find it. Reports steps/s of both runs and their ratio
+(`chaos_over_calm`, target >= 0.8), the faults by kind, the calls re-dispatched and timed
+out, the restores and steps redone, whether the chaos run trained the undisturbed run's
+rollout numbers; writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import ray
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
-from mmrag.training.metrics_log import read_metrics
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
 
 VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor", "GeneratorActor", "RewardActor",
            "LearnerRank")
+HANGABLE = ("GeneratorActor", "RetrievalShard")
+"""What the killer SIGSTOPs: a wedged generator and a stuck shard are the hangs a cluster sees most."""
 RESULTS_JSON = Path(__file__).with_name("results") / "chaos.json"
 
 
@@ -53,23 +56,36 @@ def actor_processes() -> dict[int, str]:
 
 
 class Killer(threading.Thread):
-    """Every `every` seconds, SIGKILL one random actor process; counts what it killed."""
+    """Every `every` seconds, SIGKILL one random actor process, or (every third fault) SIGSTOP a generator or
+    shard for `stop_s` seconds; counts what it did."""
 
-    def __init__(self, every: float, seed: int):
+    def __init__(self, every: float, seed: int, stop_s: float):
         super().__init__(daemon=True)
-        self.every, self.rng, self.stop, self.kills = every, random.Random(seed), threading.Event(), Counter()
+        self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
+        self.stop, self.faults = threading.Event(), Counter()
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
             processes = actor_processes()
-            if not processes:
+            hang = sum(self.faults.values()) % 3 == 2
+            candidates = sorted(p for p, kind in processes.items() if not hang or kind in HANGABLE)
+            if not candidates:
                 continue
-            pid = self.rng.choice(sorted(processes))
+            pid = self.rng.choice(candidates)
             try:
-                os.kill(pid, signal.SIGKILL)
-                self.kills[processes[pid]] += 1
+                os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
             except ProcessLookupError:
-                pass
+                continue
+            self.faults[f"{processes[pid]} {'SIGSTOP' if hang else 'SIGKILL'}"] += 1
+            if hang:
+                threading.Timer(self.stop_s, _continue, args=(pid,)).start()
+
+
+def _continue(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:  # the deadline killed it, as it should
+        pass
 
 
 def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
@@ -82,47 +98,57 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
         if killer:
             killer.stop.set()
     seconds = time.perf_counter() - start
-    steps = [r for r in read_metrics(run_dir) if "ledger" in r]
-    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "records": len(steps),
-            "ledger": summary["ledger"], "redispatched": summary["restarts"]}
+    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
+            "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
+            "timed_out": summary["timed_out_calls"]}
+
+
+def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
+    cfg = with_sections(cfg, train={"max_policy_lag": lag, "checkpoint_every": 1 if lag else 5},
+                        pools={"call_timeout_s": args.deadline})
+    calm = measure(cfg, str(Path(tmp) / f"calm_{lag}"), None)
+    killer = Killer(args.every, args.seed, 2 * args.deadline)
+    chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
+    return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
+            "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
+            "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
+            "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_options(parser)
     parser.add_argument("--steps", type=int, default=40, help="optimiser steps per run (default 40)")
-    parser.add_argument("--every", type=float, default=20.0, help="seconds between kills (default 20)")
+    parser.add_argument("--every", type=float, default=20.0, help="seconds between faults (default 20)")
+    parser.add_argument("--deadline", type=float, default=10.0, help="pools.call_timeout_s (default 10)")
+    parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
-    cfg = config_from_args(args)
-    cfg = with_sections(cfg, train={"steps": args.steps, "eval_every": 10**9, "checkpoint_every": 5,
-                                    "mode": "distributed"})
+    cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
+                                                        "mode": "distributed"})
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
-        calm = measure(cfg, str(Path(tmp) / "calm"), None)
-        killer = Killer(args.every, args.seed)
-        chaos = measure(cfg, str(Path(tmp) / "chaos"), killer)
+        runs = [measure_lag(cfg, int(lag), args, tmp) for lag in args.lags.split(",")]
     ray.shutdown()
-    ledger = chaos["ledger"]
-    results = {
-        "machine": machine(),
-        "date": datetime.date.today().isoformat(), "steps": args.steps, "kill_every_s": args.every,
-        "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
-        "kills": dict(chaos_kills := killer.kills), "redispatched_calls": chaos["redispatched"], "ledger": ledger,
-    }
+    results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
+               "fault_every_s": args.every, "call_timeout_s": args.deadline, "runs": runs,
+               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
-        f"Machine: {machine(with_load=True)}. Config {args.config} "
-        f"{portable_overrides(args.overrides)}; {args.steps} steps, lag {cfg.train.max_policy_lag}, a random actor process "
-        f"SIGKILLed every {args.every:g} s in the chaos run (seed {args.seed}).",
-        markdown_table(["run", "steps/s", "kills", "calls re-dispatched", "steps redone"], [
-            ["no chaos", f"{calm['steps_per_s']:.3f}", "0", str(sum(calm["redispatched"].values())),
-             str(calm["ledger"]["steps_redone"])],
-            ["chaos", f"{chaos['steps_per_s']:.3f}", ", ".join(f"{k} {n}" for k, n in sorted(chaos_kills.items())),
-             ", ".join(f"{k} {n}" for k, n in sorted(chaos["redispatched"].items())) or "0",
-             str(ledger["steps_redone"])]]),
-        "Ledger of the chaos run (questions): " + ", ".join(f"{k} {v}" for k, v in ledger.items()) + ".",
+        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; "
+        f"{args.steps} steps per run; in the chaos runs a random actor process SIGKILLed every {args.every:g} s, "
+        f"every third fault instead a generator or shard SIGSTOPped for {2 * args.deadline:g} s (call deadline "
+        f"{args.deadline:g} s; seed {args.seed}); a checkpoint every step at lag > 0, every 5 at lag 0.",
+        markdown_table(["lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
+                        "timed out", "restores", "steps redone", "same rollouts"], [
+            [str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+             ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0",
+             str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
+             ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
+             str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
+        "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
+        "the calm run's speed varies too.",
     ])
     publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import ray
 
-from actors.stages import ActorPools
+from actors.stage_pools import ActorPools
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
 from benchmarks.simulated_device import DeviceTime, simulated_actors
 from cluster.connect import connect

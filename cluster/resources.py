@@ -39,9 +39,9 @@ class ActorGroup:
 def resource_plan(cfg: Config) -> list[ActorGroup]:
     """The actor groups the distributed trainer starts for `cfg`, in placement order.
 
-    Mirrors `actors.stages.ActorPools.launch` and `actors.learner.LearnerGroup`.
+    Mirrors `actors.stage_pools.ActorPools.launch` and `actors.learner.LearnerGroup`.
     """
-    actor_cpus = cfg.learner.actor_num_cpus
+    actor_cpus = cfg.pools.actor_num_cpus
     learner_gpus = 1.0 if cfg.learner.use_gpu else 0.0
     return [
         ActorGroup("translator", cfg.translator.num_replicas, actor_cpus, cfg.translator.num_gpus),

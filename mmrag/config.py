@@ -264,6 +264,9 @@ class TrainConfig:
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25
     """Evaluate greedily on held-out questions every this many steps."""
+    preemption_grace_s: float = 120.0
+    """After SIGTERM (a node about to be reclaimed), how long `mmrag train` may take to reach the next step boundary
+    and checkpoint there; past it, it exits on the latest complete checkpoint. Either way with status 0."""
     eval_questions: int = 64
     """Held-out (val) questions per evaluation, taken at even strides over the split (so from many entities)."""
     loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
@@ -299,6 +302,19 @@ class LearnerConfig:
     """CPUs reserved by each learner worker."""
     startup_timeout_s: float = 300.0
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
+    call_timeout_s: float = 600.0
+    """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
+    timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    max_restores: int = 3
+    """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
+    naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of
+    memory, is not worth redoing forever)."""
+
+
+@dataclass
+class PoolsConfig:
+    """The stage actors' pools (translator, encoder, retrieval shards, reranker, generator, reward)."""
+
     actor_num_cpus: float = 0.5
     """CPUs reserved by each translator, reranker, encoder, generator and reward actor the driver places."""
     calls_per_replica: int = 2
@@ -309,7 +325,11 @@ class LearnerConfig:
     max_failed_batches: int = 3
     """Rollout batches failing in a row that stop the run (an actor that cannot work, not a bad batch)."""
     call_retries: int = 3
-    """Times a stage call whose actor died is re-dispatched (to a live replica) before its batch counts as failed."""
+    """Times a stage call whose actor died or hung is re-dispatched (to a live replica) before its batch counts as
+    failed."""
+    call_timeout_s: float = 300.0
+    """Deadline of one stage call: past it the replica counts as hung, is killed (Ray restarts it) and the call is
+    re-dispatched; two timeouts in a row take a replica out of its pool until it answers a health check."""
 
 
 @dataclass
@@ -396,6 +416,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     trackers: TrackersConfig = field(default_factory=TrackersConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    pools: PoolsConfig = field(default_factory=PoolsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
 
@@ -484,11 +505,24 @@ def _set_override(tree: dict, assignment: str) -> None:
         raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from None
 
 
+MOVED_KEYS = {f"learner.{key}": f"pools.{key}" for key in
+              ("actor_num_cpus", "calls_per_replica", "max_restarts", "max_failed_batches", "call_retries")}
+"""Keys that moved to another section: a config still using the old one is refused, naming the new one."""
+
+
+def _refuse_moved_keys(tree: dict) -> None:
+    for old, new in MOVED_KEYS.items():
+        section, key = old.split(".")
+        if isinstance(tree.get(section), dict) and key in tree[section]:
+            raise ConfigError(f"{old}: moved to {new}")
+
+
 def config_from_dict(data: dict, overrides: list[str] = ()) -> Config:
     """Build a `Config` from a plain mapping plus `a.b=value` overrides (`data` is left as it was)."""
     tree = copy.deepcopy(data)
     for assignment in overrides:
         _set_override(tree, assignment)
+    _refuse_moved_keys(tree)
     try:
         return _VALIDATOR.validate_python(tree)
     except pydantic.ValidationError as exc:

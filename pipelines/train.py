@@ -5,7 +5,8 @@ Both modes run the one trainer loop (`mmrag.training.loop.train`) on different p
 group, rollouts running ahead of learning by at most `train.max_policy_lag` versions);
 `--mode local-reference` in this one process (in-process stages and learner, no lag), the
 yardstick the distributed mode is checked against. `--resume` continues from
-RUN_DIR/checkpoints/latest. Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
+RUN_DIR/checkpoints/latest; SIGTERM (what Kubernetes and Slurm send before they reclaim a node)
+checkpoints at the next step boundary and exits 0 (`train.preemption_grace_s`). Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
 of the config; tiny `zoo:` models are built on first use. Writes RUN_DIR/metrics.jsonl,
 TensorBoard events under RUN_DIR/tensorboard, checkpoints, and the trained components under
 RUN_DIR/export.
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import signal
 import sys
+import threading
 
 import ray
 
 from actors.actor_classes import ActorClasses
 from actors.learner import LearnerGroup
-from actors.stages import ActorPools
+from actors.stage_pools import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
 from mmrag.config import Config, ConfigError
@@ -33,9 +37,9 @@ from pipelines.options import add_config_options, config_from_args, exit_config_
 
 
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
-                      classes: ActorClasses = ActorClasses()) -> dict:
+                      classes: ActorClasses = ActorClasses(), stop: threading.Event | None = None) -> dict:
     """The loop on Ray: stage actor pools and a DeepSpeed learner group (their actors made from `classes`),
-    placed after the plan is checked."""
+    placed after the plan is checked; `stop` set ends it at the next step boundary, checkpointed."""
     with contextlib.ExitStack() as cleanup:
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
@@ -44,10 +48,36 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
         cleanup.callback(pools.shutdown)
         learner = LearnerGroup(cfg, rank_class=classes.learn)
         cleanup.callback(learner.shutdown)
-        summary = train(cfg, pools, learner, resume=resume, progress=progress)
+        summary = train(cfg, pools, learner, resume=resume, progress=progress, stop=stop)
         summary["generator_throughput"] = pools.generator_throughput()
-        summary["restarts"] = pools.restarts()
+        summary["redispatched_calls"] = pools.redispatched_calls()
+        summary["timed_out_calls"] = pools.timed_out_calls()
         return summary
+
+
+def stop_on_sigterm(grace_s: float) -> threading.Event:
+    """An event SIGTERM sets (the loop then checkpoints at the next step boundary and returns); if the boundary
+    has not come within `grace_s`, the process exits 0 anyway, on its latest complete checkpoint."""
+    stop = threading.Event()
+
+    def on_sigterm(signum, frame) -> None:
+        if stop.is_set():
+            return
+        stop.set()
+        print(f"SIGTERM: checkpointing at the next step boundary (at most {grace_s:g} s, "
+              "train.preemption_grace_s)", file=sys.stderr, flush=True)
+        timer = threading.Timer(grace_s, _exit_on_latest_checkpoint, args=(grace_s,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return stop
+
+
+def _exit_on_latest_checkpoint(grace_s: float) -> None:
+    print(f"SIGTERM: no step boundary within {grace_s:g} s; exiting on the latest complete checkpoint",
+          file=sys.stderr, flush=True)
+    os._exit(0)  # the main thread is inside a step; checkpoints are written atomically, so nothing is half-saved
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,15 +107,19 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"train: {exc}", file=sys.stderr)
         return 2
+    stop = stop_on_sigterm(cfg.train.preemption_grace_s)
     if cfg.train.mode == "distributed":
         try:
-            summary = train_distributed(cfg, resume=args.resume, progress=progress)
+            summary = train_distributed(cfg, resume=args.resume, progress=progress, stop=stop)
         except PlanDoesNotFit as exc:
             print(f"train: does not fit: {exc}", file=sys.stderr)
             return 2
     else:
-        summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device)
+        summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device, stop=stop)
     print(f"run directory: {summary['run_dir']}")
+    if summary["preempted_at"] is not None:
+        print(f"stopped by SIGTERM at step {summary['preempted_at']} (checkpointed); continue with --resume")
+        return 0
     print(f"{'held-out':<20}{'untrained':>12}{'trained':>12}")
     for key in summary["initial"]:
         print(f"{key:<20}{summary['initial'][key]:>12.3f}{summary['final'][key]:>12.3f}")

@@ -1,4 +1,4 @@
-"""Chaos: SIGKILL stage actors and a learner rank in the middle of synchronous runs.
+"""Chaos: SIGKILL stage actors and a learner rank mid-call, SIGSTOP a replica past its deadline, a rank that raises.
 
 Stage actors: a generator and the reward actor, a retrieval shard, the translator and the
 reranker replica each lose their process while a call of theirs is in flight. Ray restarts
@@ -7,24 +7,30 @@ sampling call is seeded by its micro-batch alone, the run draws exactly the tree
 uninterrupted run draws: it ends with the same weights. A learner rank: the group is rebuilt
 from the latest checkpoint, the steps after it are redone with the same batches, and the run
 again ends where the uninterrupted one did. Both runs reach their step count, export, and
-balance their ledgers.
+balance their ledgers. At lag 2 with a checkpoint every step, the same kills plus a
+generator stopped (SIGSTOP) for longer than the call deadline and a rank killed inside
+`save`: the run reaches its steps, every step's own ledger check passes, it trains the
+uninterrupted run's rollouts 1..STEPS, and the driver idles while the replica hangs. A rank
+whose own code raises on one version is restored `learner.max_restores` times, then the run
+stops naming the rank, the call and the error.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections import Counter
 
 import pytest
 import ray
 from helpers import assert_same_exported_weights
 
-from actors.learner import LearnerGroup
-from actors.stages import ActorPools
-from mmrag.training.accounting import RolloutLedger
+from actors.learner import LearnerGroup, wait_for_ranks
+from actors.stage_pools import ActorPools
 from mmrag.training.metrics_log import read_metrics
-from mmrag.training.loop import train
+from mmrag.training.loop import LearnerGaveUp, train
 
 pytestmark = pytest.mark.slow  # kills actors of distributed runs on Ray
 
@@ -36,31 +42,60 @@ def process_id(actor) -> int:
 
 
 class ChaosPools(ActorPools):
-    """Kills the replica serving the n-th call of a stage right after that call is submitted (so it is in flight)."""
+    """Kills (or stops, with `stop_at`) the replica serving the n-th call of a stage right after that call is
+    submitted (so it is in flight)."""
 
     kill_at: dict[tuple[str, int], str] = {}
+    stop_at: tuple[str, int] | None = None
 
-    def start_chaos(self, kill_at: dict[tuple[str, int], str]) -> None:
-        self.kill_at, self.calls, self.killed = kill_at, Counter(), []
+    def start_chaos(self, kill_at: dict[tuple[str, int], str], stop_at: tuple[str, int] | None = None,
+                    stop_s: float = 0.0) -> None:
+        self.kill_at, self.stop_at, self.stop_s, self.calls, self.killed = kill_at, stop_at, stop_s, Counter(), []
         self.pids = {id(a): process_id(a) for pool in [*self.pools.values(), *self.shards] for a in pool.actors}
+        self.hung_since: tuple[float, float] | None = None
+        self.driver_cpu_while_hung: float | None = None
 
     def submit(self, stage, *args):
         future = super().submit(stage, *args)
         self.calls[stage] += 1
-        if (stage, self.calls[stage]) in self.kill_at:
+        if (stage, self.calls[stage]) in self.kill_at or (stage, self.calls[stage]) == self.stop_at:
             pool, replica = (self.shards[0], 0) if stage == "retrieve" else (future.call.pool, future.call.replica)
-            os.kill(self.pids[id(pool.actors[replica])], signal.SIGKILL)
-            self.killed.append(self.kill_at[(stage, self.calls[stage])])
+            pid = self.pids[id(pool.actors[replica])]
+            if (stage, self.calls[stage]) == self.stop_at:
+                os.kill(pid, signal.SIGSTOP)
+                threading.Timer(self.stop_s, _resume_if_alive, args=(pid,)).start()
+                self.hung_since = (time.monotonic(), time.process_time())
+            else:
+                os.kill(pid, signal.SIGKILL)
+                self.killed.append(self.kill_at[(stage, self.calls[stage])])
         return future
+
+    def wait(self, futures, timeout=None):
+        done = super().wait(futures, timeout)
+        if self.hung_since and self.driver_cpu_while_hung is None and self.timed_out_calls():
+            wall, cpu = self.hung_since
+            self.driver_cpu_while_hung = (time.process_time() - cpu) / (time.monotonic() - wall)
+        return done
+
+
+def _resume_if_alive(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:  # killed past its deadline, as it should be
+        pass
 
 
 class ChaosLearner(LearnerGroup):
-    """Kills rank 1's process right after update `kill_at` has started on every rank."""
+    """Kills rank 1's process right after update `kill_at` (or save `kill_in_save`) has started on every rank;
+    from version `raise_at` on, every update raises inside the ranks' own code."""
 
-    kill_at = 0
+    kill_at = kill_in_save = 0
+    raise_at: int | None = None
 
     def start_update(self, roots):
         self.updates = getattr(self, "updates", 0) + 1
+        if self.version == self.raise_at:
+            return super().start_update(None)  # DeepSpeedRank.update slices its roots: a TypeError on every rank
         if self.updates != self.kill_at:
             return super().start_update(roots)
         victim = self.pids()[1]  # asked while the ranks are idle: a busy rank answers only after its update
@@ -68,11 +103,22 @@ class ChaosLearner(LearnerGroup):
         os.kill(victim, signal.SIGKILL)
         return pending
 
+    def save(self, directory):
+        self.saves = getattr(self, "saves", 0) + 1
+        if self.saves != self.kill_in_save:
+            return super().save(directory)
+        victim = self.pids()[1]
+        calls = [rank.save.remote(str(directory)) for rank in self.ranks]
+        os.kill(victim, signal.SIGKILL)
+        wait_for_ranks(calls, "save", self.cfg.learner.call_timeout_s)
+
 
 def assert_finished_and_balanced(run_dir, summary) -> None:
+    """The run reached its steps and exported; every step passed its own ledger check, so the trained rollouts
+    are the learner's, each once: they must be the uninterrupted run's 1..STEPS."""
     assert max(r["step"] for r in read_metrics(run_dir) if "ledger" in r) == STEPS
     assert (run_dir / "export" / "export.json").is_file()
-    RolloutLedger(**summary["ledger"]).check()
+    assert summary["trained_rollouts"] == list(range(1, STEPS + 1))
 
 
 def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterrupted_weights(
@@ -86,7 +132,7 @@ def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterr
                            ("translate", 5): "translator", ("rerank", 7): "reranker"})
         summary = train(cfg, pools, learner, progress=False)
         assert sorted(pools.killed) == ["generator", "reranker", "retrieval shard", "reward", "translator"]
-        assert sum(pools.restarts().values()) >= 5, pools.restarts()
+        assert sum(pools.redispatched_calls().values()) >= 5, pools.redispatched_calls()
     finally:
         learner.shutdown()
         pools.shutdown()
@@ -108,6 +154,49 @@ def test_a_learner_rank_killed_mid_update_is_rebuilt_from_the_checkpoint(
         pools.shutdown()
     assert_finished_and_balanced(tmp_path, summary)
     assert summary["ledger"]["steps_redone"] == 1
-    assert summary["ledger"]["lost_to_learner_failure"] == 2 * cfg.train.questions_per_step
+    assert summary["ledger"]["abandoned_attempts"] == 2, "rollouts 3 (trained) and 4 (in the failed update)"
+    assert summary["ledger"]["restores"]["rank_lost"] == 1
     # Two ranks sum gradients in another order than the yardstick's one; see test_learner's ZeRO-3 comparison.
     assert_same_exported_weights(tmp_path, distributed_sync_run, atol=5e-5)
+
+
+@pytest.mark.slow
+def test_at_lag_2_kills_a_hung_generator_and_a_rank_lost_in_save_the_run_trains_the_uninterrupted_rollouts(
+        ray_session, tiny_config, tmp_path):
+    deadline_s = 15.0  # tiny calls take well under a second; a loaded 2-core machine needs headroom
+    cfg = tiny_config(tmp_path, "generator.num_replicas=2", "learner.num_workers=2", "train.max_policy_lag=2",
+                      "train.checkpoint_every=1", f"train.steps={STEPS}", f"pools.call_timeout_s={deadline_s}")
+    pools = ChaosPools.launch(cfg, {})
+    learner = ChaosLearner(cfg)
+    learner.kill_at, learner.kill_in_save = 2, 3
+    try:
+        pools.start_chaos({("answer", 3): "generator", ("translate", 6): "translator"}, stop_at=("answer", 9),
+                          stop_s=2 * deadline_s)
+        summary = train(cfg, pools, learner, progress=False)
+        assert sorted(pools.killed) == ["generator", "translator"]
+        assert pools.timed_out_calls().get("answer", 0) >= 1, "the stopped generator's call passed its deadline"
+        assert pools.driver_cpu_while_hung is not None and pools.driver_cpu_while_hung < 0.1, \
+            f"the driver used {pools.driver_cpu_while_hung:.0%} of a core while a replica hung"
+    finally:
+        learner.shutdown()
+        pools.shutdown()
+    assert_finished_and_balanced(tmp_path, summary)
+    assert summary["ledger"]["restores"]["rank_lost"] == 2, "one rank killed in an update, one in a save"
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_on_one_version_is_restored_a_few_times_then_the_run_stops_naming_it(
+        ray_session, tiny_config, tmp_path):
+    cfg = tiny_config(tmp_path, "train.max_policy_lag=2", "train.checkpoint_every=1", "learner.max_restores=1")
+    pools = ActorPools.launch(cfg, {})
+    learner = ChaosLearner(cfg)
+    learner.raise_at = 1
+    try:
+        with pytest.raises(LearnerGaveUp, match=r"failed 2 times in a row .* learner rank 0 raised during update: "
+                                                r"TypeError"):
+            train(cfg, pools, learner, progress=False)
+    finally:
+        learner.shutdown()
+        pools.shutdown()
+    restores = [r for r in read_metrics(tmp_path) if "ledger" in r]
+    assert [r["step"] for r in restores] == [1]

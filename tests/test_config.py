@@ -118,3 +118,9 @@ def test_non_mapping_and_missing_file(tmp_path):
 def test_section_must_be_a_mapping():
     with pytest.raises(ConfigError, match=r"^train: expected a mapping"):
         config_from_dict({"train": 3})
+
+
+def test_a_stage_pool_key_still_under_learner_is_refused_naming_its_new_section():
+    with pytest.raises(ConfigError, match=r"^learner\.call_retries: moved to pools\.call_retries$"):
+        config_from_dict({}, ["learner.call_retries=5"])
+    assert config_from_dict({}, ["pools.call_retries=5"]).pools.call_retries == 5

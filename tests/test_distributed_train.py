@@ -14,7 +14,6 @@ import pytest
 from helpers import assert_same_exported_weights
 
 from cluster.resources import PlanDoesNotFit
-from mmrag.training.accounting import RolloutLedger
 from mmrag.training.metrics_log import read_metrics
 from mmrag.training.local import train_local
 from pipelines.train import train_distributed
@@ -34,8 +33,7 @@ def test_sync_run_records_versions_ledger_and_checkpoints(distributed_sync_run):
     for r in records:
         assert (r["policy_version"], r["experience_version"], r["policy_lag"]) == (r["step"], r["step"] - 1, 0)
         assert r["sampled_versions"] == {"translator": r["step"] - 1, "reranker": r["step"] - 1}
-        assert r["ledger"]["rolled_out"] == r["ledger"]["trained"] == Q * r["step"]
-        RolloutLedger(**r["ledger"]).check()
+        assert r["ledger"]["started"] == r["ledger"]["trained"] == r["step"]
         assert r["leaves"] == Q * 3 * 4 and r["leaves_per_s"] > 0
         assert {"translate", "retrieve", "rerank", "answer", "score", "learn"} <= r["stage_seconds"].keys()
     assert sum(r["reranker"]["examples"] for r in records) > 0, "some step must carry signal, or comparisons are vacuous"
@@ -68,7 +66,8 @@ def test_an_interrupted_and_resumed_run_ends_where_the_uninterrupted_one_does(di
     for a, b in zip(resumed, uninterrupted):
         assert a["reward_mean"] == b["reward_mean"]
         assert a["reranker"]["loss"] == pytest.approx(b["reranker"]["loss"], abs=1e-5)
-    assert summary["ledger"]["lost_on_resume"] == 0, "a synchronous run buffers nothing"
+    assert summary["ledger"]["abandoned_attempts"] == 0, "a synchronous run has nothing queued at a checkpoint"
+    assert summary["trained_rollouts"] == [1, 2, 3, 4]
     assert_same_exported_weights(tmp_path, distributed_sync_run)
 
 
@@ -78,8 +77,7 @@ def test_an_asynchronous_run_keeps_its_lag_within_the_bound(ray_session, tiny_co
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     assert all(r["policy_lag"] <= 1 for r in records)
     assert any(r["policy_lag"] == 1 for r in records), "rollouts ran while the learner trained"
-    RolloutLedger(**summary["ledger"]).check()
-    assert summary["ledger"]["trained"] == 5 * Q
+    assert summary["trained_rollouts"] == [1, 2, 3, 4, 5]
     assert Path(tmp_path / "export" / "export.json").is_file()
 
 

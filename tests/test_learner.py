@@ -215,7 +215,7 @@ def test_a_group_the_cluster_cannot_hold_fails_before_placing_a_rank(ray_session
 
 def test_a_rank_that_cannot_load_its_model_fails_the_start_naming_itself(ray_session, cfg):
     translator = dataclasses.replace(cfg.translator, model="zoo:no-such-model")
-    with pytest.raises(LearnerRankError, match="learner rank 0 failed during start-up: ZooError: zoo:no-such-model"):
+    with pytest.raises(LearnerRankError, match="learner rank 0 raised during start-up: ZooError: zoo:no-such-model"):
         LearnerGroup(dataclasses.replace(cfg, translator=translator))
 
 

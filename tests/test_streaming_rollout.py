@@ -19,7 +19,7 @@ from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
 
 @pytest.fixture(scope="module")
 def pools(ray_session, tiny_config, tmp_path_factory):
-    from actors.stages import ActorPools
+    from actors.stage_pools import ActorPools
 
     cfg = tiny_config(tmp_path_factory.mktemp("run"), "translator.num_replicas=2", "generator.num_replicas=2")
     pools = ActorPools.launch(cfg)

@@ -1,77 +1,106 @@
-"""The rollout ledger: where every rolled-out question went.
+"""The rollout ledger: where every started rollout number is, checked against the queue, the stream and the learner.
 
-A batch's questions count as `rolled_out` when its rollout ends (scored, or failed for good).
-From then on each question is in exactly one place:
+Each rollout batch has a number (1, 2, ... over the run); the ledger keeps the sink of every
+number started so far, in exactly one of
 
-    rolled_out = trained + dropped_stale + failed + buffered + lost_on_resume + lost_to_learner_failure
+    in_flight -> buffered -> trained | dropped_stale      (or in_flight -> failed)
+    any of them -> abandoned (a learner restore or a resume threw that attempt away)
 
-`buffered`: rolled out, not yet handed to the learner. `dropped_stale`: drawn by a policy more
-than `train.max_policy_lag` versions behind the learner when its turn came. `lost_on_resume`:
-buffered when the checkpoint a run resumed from was written. `lost_to_learner_failure`: trained
-after the checkpoint a failed learner was restored from (their updates are gone; the steps are
-redone), or buffered at that moment. The trainer checks the balance after every step.
+An abandoned number is rolled out again (same questions, same seeds) when the run reaches it
+anew, and moves back to `in_flight`. `check` compares the ledger with the truth after every
+step: the numbers are 1..highest without a gap, exactly those above `Rollouts.started` are
+abandoned, `in_flight` and `buffered` are the batches the queue holds in those states, and
+`trained` is the set of rollout numbers the learner reported training on, each once. A
+bookkeeping bug therefore stops the run instead of hiding in a total.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
-SINKS = ("trained", "dropped_stale", "failed", "buffered", "lost_on_resume", "lost_to_learner_failure")
+SINKS = ("trained", "dropped_stale", "failed", "abandoned", "in_flight", "buffered")
+RESTORE_CAUSES = ("rank_lost", "rank_error", "resume")
+"""Why a run went back to a checkpoint: a learner rank's process was lost, a rank's own code raised, a `--resume`."""
 
 
 class LedgerUnbalanced(RuntimeError):
-    """Questions rolled out that the ledger cannot place: a bug in the trainer's bookkeeping."""
+    """The ledger and the truth disagree: a bug in the trainer's bookkeeping."""
 
 
 @dataclass
 class RolloutLedger:
-    rolled_out: int = 0
-    trained: int = 0
-    dropped_stale: int = 0
-    failed: int = 0
-    buffered: int = 0
-    lost_on_resume: int = 0
-    lost_to_learner_failure: int = 0
+    sink_of: dict[int, str] = field(default_factory=dict)
+    """Rollout number -> the sink its latest attempt is in."""
+    abandoned_attempts: int = 0
+    """Rollout attempts thrown away by restores (a number rolled out again counts once per abandoned attempt)."""
     steps_redone: int = 0
-    """Optimiser steps done again after a learner was restored from an older checkpoint."""
+    """Optimiser steps done again after the learner went back to an older checkpoint."""
+    restores: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTORE_CAUSES, 0))
+    """Returns to a checkpoint, by cause (`RESTORE_CAUSES`)."""
 
-    def finished(self, questions: int, failed: bool) -> None:
-        self.rolled_out += questions
-        if failed:
-            self.failed += questions
-        else:
-            self.buffered += questions
+    def started(self, number: int) -> None:
+        self._move(number, (None, "abandoned"), "in_flight")
 
-    def trained_on(self, questions: int) -> None:
-        self._take_buffered(questions)
-        self.trained += questions
+    def finished(self, number: int, failed: bool) -> None:
+        self._move(number, ("in_flight",), "failed" if failed else "buffered")
 
-    def dropped(self, questions: int) -> None:
-        self._take_buffered(questions)
-        self.dropped_stale += questions
+    def trained_on(self, number: int) -> None:
+        self._move(number, ("buffered",), "trained")
 
-    def resumed(self) -> None:
-        """The buffered batches of the checkpoint this run resumes from are gone."""
-        self.lost_on_resume += self.buffered
-        self.buffered = 0
+    def dropped(self, number: int) -> None:
+        self._move(number, ("buffered",), "dropped_stale")
 
-    def learner_restored(self, trained_at_checkpoint: int, steps_redone: int) -> None:
-        """The learner went back to a checkpoint: later updates and everything buffered are lost."""
-        undone = self.trained - trained_at_checkpoint
-        self.trained -= undone
-        self.lost_to_learner_failure += undone + self.buffered
-        self.buffered = 0
+    def rolled_back(self, started: int, steps_redone: int, cause: str) -> None:
+        """The run went back to a checkpoint taken when `started` batches had been started and kept: every later
+        number's attempt is thrown away (its update, its samples) and will be rolled out again."""
+        for number, sink in self.sink_of.items():
+            if number > started and sink != "abandoned":
+                self.sink_of[number] = "abandoned"
+                self.abandoned_attempts += 1
         self.steps_redone += steps_redone
+        self.restores[cause] += 1
 
-    def check(self) -> None:
-        placed = sum(getattr(self, sink) for sink in SINKS)
-        if placed != self.rolled_out or min(getattr(self, sink) for sink in SINKS) < 0:
-            raise LedgerUnbalanced(f"rolled_out {self.rolled_out} != placed {placed}: {self.as_dict()}")
+    def numbers(self, sink: str) -> set[int]:
+        return {number for number, where in self.sink_of.items() if where == sink}
 
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+    def check(self, started: int, in_flight: set[int], buffered: set[int], learned: list[int]) -> None:
+        """Compare with the truth: `Rollouts.started`, the queue's batches rolling out and finished, and the
+        rollout numbers the learner reported training on (in order, over the kept steps)."""
+        highest = max(self.sink_of, default=0)
+        problems = []
+        if set(self.sink_of) != set(range(1, highest + 1)):
+            problems.append(f"numbers missing: {sorted(set(range(1, highest + 1)) - set(self.sink_of))}")
+        above = {n for n in self.sink_of if n > started}
+        if self.numbers("abandoned") != above:
+            problems.append(f"abandoned {sorted(self.numbers('abandoned'))} but rollouts started {started} "
+                            f"(numbers above it: {sorted(above)})")
+        for sink, truth in (("in_flight", in_flight), ("buffered", buffered)):
+            if self.numbers(sink) != truth:
+                problems.append(f"{sink} {sorted(self.numbers(sink))} but the queue holds {sorted(truth)}")
+        twice = sorted(n for n, count in Counter(learned).items() if count > 1)
+        if twice:
+            problems.append(f"the learner trained on rollouts {twice} more than once")
+        if self.numbers("trained") != set(learned):
+            problems.append(f"trained {sorted(self.numbers('trained'))} but the learner trained on {sorted(learned)}")
+        if problems:
+            raise LedgerUnbalanced("rollout ledger: " + "; ".join(problems))
 
-    def _take_buffered(self, questions: int) -> None:
-        if questions > self.buffered:
-            raise LedgerUnbalanced(f"{questions} questions leave the buffer, which holds {self.buffered}")
-        self.buffered -= questions
+    def as_dict(self) -> dict:
+        """Rollouts per sink, and the restore history (what a step's record and the run's summary show)."""
+        counts = Counter(self.sink_of.values())
+        return {**{sink: counts[sink] for sink in SINKS}, "started": len(self.sink_of),
+                "abandoned_attempts": self.abandoned_attempts, "steps_redone": self.steps_redone,
+                "restores": dict(self.restores)}
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (`RolloutLedger(**state)` rebuilds it)."""
+        return {"sink_of": dict(self.sink_of), "abandoned_attempts": self.abandoned_attempts,
+                "steps_redone": self.steps_redone, "restores": dict(self.restores)}
+
+    def _move(self, number: int, allowed: tuple, sink: str) -> None:
+        now = self.sink_of.get(number)
+        if now not in allowed:
+            raise LedgerUnbalanced(f"rollout {number}: to {sink} from {now or 'not started'} "
+                                   f"(only from {' or '.join(a or 'not started' for a in allowed)})")
+        self.sink_of[number] = sink

@@ -2,7 +2,7 @@
 
 RUN_DIR/checkpoints/step_NNNNNN/ holds `learner/` (the learner's own state: weights and
 optimiser, written by `Learner.save`) and `driver.pt` (this module's `DriverState`: step,
-versions, rollout count, question cursor, RNG states, ledger). A checkpoint is assembled in
+versions, rollback point, RNG states, ledger). A checkpoint is assembled in
 `step_NNNNNN.tmp/` and renamed into place when complete; RUN_DIR/checkpoints/latest then
 names it, replaced atomically. A run killed at any moment leaves `latest` naming a complete
 checkpoint (or none), never a half-written one.
@@ -30,15 +30,20 @@ class DriverState:
     learner_version: int
     """Weights version of the learner at this step."""
     rollouts_started: int
-    """Rollout batches started so far (they number the batches and seed their sampling)."""
+    """Rollout batches started and kept: every batch up to the oldest one not yet trained (exclusive), so a
+    restore rolls that one and every later one out again (the numbers seed their sampling)."""
     cursor_epoch: int
-    """QuestionCursor: completed passes over the training questions."""
+    """QuestionCursor before the oldest batch not yet trained drew its questions: completed passes."""
     cursor_position: int
-    """QuestionCursor: position in the current pass."""
+    """QuestionCursor before the oldest batch not yet trained drew its questions: position in the pass."""
     reward_shuffle_rng: tuple
     """`random.Random` state of the reward-shuffle control."""
-    ledger: dict[str, int]
-    """The rollout ledger's totals at this step."""
+    ledger: dict
+    """The rollout ledger's state at this step (`RolloutLedger.state`)."""
+    learned: list[int]
+    """The rollout numbers the learner reported training on, step by step, up to this step."""
+    generation: int
+    """Restores and resumes of this run so far: part of every weights id, so no id is used twice."""
     torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)
     numpy_rng: tuple = field(default_factory=np.random.get_state)
     python_rng: tuple = field(default_factory=random.getstate)

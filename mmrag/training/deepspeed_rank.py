@@ -14,6 +14,7 @@ states; `export` writes the trained components (rank 0).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ import torch
 from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
-                                    trainable_parameters, trained_components)
+                                    rollouts_of, trainable_parameters, trained_components)
 from mmrag.training.updates import LocalLoss, example_count
 
 TrainableWeights = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
@@ -47,15 +48,18 @@ def deepspeed_config(lr: float, world_size: int, zero_stage: int, dtype: str) ->
     }
 
 
-def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool) -> torch.device:
-    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs); the device this rank trains on."""
+def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool,
+                       timeout_s: float) -> torch.device:
+    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs), whose collectives fail after
+    `timeout_s` (not NCCL's default of minutes: a dead peer must fail the survivors); the device it trains on."""
     # The env:// rendezvous torchrun would set up. Ray shows each rank only its own GPU, hence LOCAL_RANK 0.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=address,
                       MASTER_PORT=str(port))
     # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo", auto_mpi_discovery=False, verbose=False)
+    deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo", auto_mpi_discovery=False, verbose=False,
+                               timeout=datetime.timedelta(seconds=timeout_s))
     if not use_gpu:
         return torch.device("cpu")
     torch.cuda.set_device(0)
@@ -83,7 +87,7 @@ class DeepSpeedRank:
 
     def __init__(self, cfg: Config, rank: int, world: int, address: str, port: int):
         self.cfg, self.rank, self.world = cfg, rank, world
-        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu)
+        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu, cfg.learner.call_timeout_s)
         self.version = 0
         self.translator, self.reranker = load_trainable_components(cfg, str(self.device))
         # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
@@ -121,12 +125,14 @@ class DeepSpeedRank:
             return self.translator.trainable_state_dict(), self.reranker.trainable_state_dict()
 
     def update(self, roots: list) -> tuple[dict, TrainableWeights | None]:
-        """One step per trained component, then publish: ({"version", "losses", "seconds"}, rank 0's weights)."""
+        """One step per trained component, then publish: ({"version", "losses", "seconds", "rollouts"}, rank 0's
+        weights)."""
         start = time.perf_counter()
         losses = {name: self._step(name, roots) for name in trained_components(self.cfg)}
         self.version += 1
         weights = self.publish()
-        return {"version": self.version, "losses": losses, "seconds": time.perf_counter() - start}, weights
+        return ({"version": self.version, "losses": losses, "seconds": time.perf_counter() - start,
+                 "rollouts": rollouts_of(roots)}, weights)
 
     def _step(self, name: str, roots: list) -> dict:
         """Forward, backward and step on every rank, or on none when no rank has an example (as LocalLearner skips).

@@ -32,7 +32,15 @@ COMPONENTS = ("translator", "reranker")
 
 
 class LearnerFailed(RuntimeError):
-    """An update that cannot finish because the learner lost a part of itself (a rank); `Learner.restart` it."""
+    """A learner call (update, save, export, publishing, rebuild) that cannot finish; `Learner.restart` it.
+
+    `lost` tells a lost part of the learner (a rank's process died or hung) from an exception
+    its own code raised (which a restore may well meet again).
+    """
+
+    def __init__(self, message: str, lost: bool = True):
+        super().__init__(message)
+        self.lost = lost
 
 
 @dataclass
@@ -44,6 +52,13 @@ class Weights:
     """`QueryTranslator.trainable_state_dict()`, or a Ray ObjectRef to one."""
     reranker: Any
     """`AdaptiveReranker.trainable_state_dict()`, or a Ray ObjectRef to one."""
+    generation: int = 0
+    """The run's restore generation when these weights were published (the trainer stamps it): with `version`,
+    the weights id, never the same for two different sets of weights of one run."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.generation}.{self.version}"
 
 
 @dataclass
@@ -57,6 +72,8 @@ class LearnerUpdate:
     seconds: float
     """Compute seconds of the update (rank 0's, publishing included)."""
     weights: Weights
+    rollouts: list[int]
+    """The rollout numbers of the trees the learner trained on (read from the roots it was given)."""
 
 
 class PendingUpdate(Protocol):
@@ -129,6 +146,11 @@ def learning_rates(cfg: Config) -> dict[str, float]:
     return {"translator": cfg.translator.lr, "reranker": cfg.reranker.lr}
 
 
+def rollouts_of(roots: list[Node]) -> list[int]:
+    """The rollout numbers `assemble_trees` wrote into these roots."""
+    return sorted({root.payload["rollout"] for root in roots})
+
+
 def loss_record(local: LocalLoss) -> dict:
     """The ledger's record of one component's loss: {"loss", "examples", **stats}."""
     return {"loss": float(local.loss.detach()), "examples": local.examples, **local.stats}
@@ -177,7 +199,8 @@ class LocalLearner:
                 self.optimizers[name].step()
             losses[name] = loss_record(local)
         self.version += 1
-        return CompletedUpdate(LearnerUpdate(self.version, losses, time.perf_counter() - start, self.weights()))
+        return CompletedUpdate(LearnerUpdate(self.version, losses, time.perf_counter() - start, self.weights(),
+                                             rollouts_of(roots)))
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)

@@ -6,20 +6,24 @@ works (within `train.max_policy_lag`), install the new weights on the policy rep
 checkpoint and evaluate on schedule. The parts are two interfaces:
 
 * stages, as `StagePools` (`mmrag.training.streaming`): `InlinePools(LocalPipeline)` in one
-  process, or `actors.stages.ActorPools` over Ray actor pools;
+  process, or `actors.stage_pools.ActorPools` over Ray actor pools;
 * the learner (`mmrag.training.learner.Learner`): `LocalLearner` in one process, or
   `actors.learner.LearnerGroup` of DeepSpeed ranks.
 
 `--mode local-reference` is this loop with the in-process parts and no lag; `distributed` is
-this loop with the Ray parts. If the learner fails, it is restored from the latest checkpoint
-and the driver rolls its own state back to match; the steps redone are counted.
+this loop with the Ray parts. If any learner call fails (update, publishing, save, export,
+rebuild), the learner is restored from the latest checkpoint and the driver rolls back to
+its rollback point (just before the oldest batch not yet trained), so the redone steps train
+the very rollouts the lost ones did; `learner.max_restores` restores in a row without a
+completed step stop the run. Every weights id carries the run's restore generation.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -30,9 +34,9 @@ from mmrag.training.accounting import RolloutLedger
 from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_dir, load_driver_state,
                                        save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
-from mmrag.training.model_card import write_model_card
-from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate
+from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.metrics_log import MetricsLog, read_metrics
+from mmrag.training.model_card import write_model_card
 from mmrag.training.rollouts import Experience, Rollouts
 from mmrag.training.run import QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
@@ -40,6 +44,10 @@ from mmrag.training.streaming import RolloutStream, StagePools
 from mmrag.training.trackers import open_trackers, rollout_sample
 
 log = logging.getLogger(__name__)
+
+
+class LearnerGaveUp(RuntimeError):
+    """The learner failed `learner.max_restores` + 1 times in a row without completing a step."""
 
 
 @dataclass
@@ -51,27 +59,47 @@ class TrainingRun:
     ledger: RolloutLedger
     step: int = 0
     evaluations: dict[int, dict] = field(default_factory=dict)
+    learned: list[int] = field(default_factory=list)
+    """The rollout numbers the learner reported training on, one step after another (the ledger's truth)."""
+    generation: int = 0
+    """Restores and resumes so far: stamped on every weights id the replicas install."""
+    restores_in_a_row: int = 0
     initial: DriverState | None = None
     """The state before the first step: what a learner with no checkpoint yet is restored to."""
 
     def driver_state(self, learner_version: int) -> DriverState:
-        cursor = self.rollouts.cursor
-        return DriverState(self.step, learner_version, self.rollouts.started, cursor.epoch, cursor.position,
-                           self.rollouts.shuffle_rng.getstate(), self.ledger.as_dict())
+        started, epoch, position = self.rollouts.rollback_point()
+        return DriverState(self.step, learner_version, started, epoch, position,
+                           self.rollouts.shuffle_rng.getstate(), self.ledger.state(), list(self.learned),
+                           self.generation)
 
     def restore(self, state: DriverState) -> None:
-        """Put step, rollout count, cursor and RNGs back where `state` was captured (the ledger is not rolled back)."""
+        """Put step, rollback point, trained rollouts and RNGs back where `state` was captured (the ledger and the
+        generation are not rolled back: they keep the run's history)."""
         self.step = state.step
         self.rollouts.started = state.rollouts_started
         cursor = self.rollouts.cursor
         self.rollouts.cursor = QuestionCursor(cursor.questions, cursor.seed, state.cursor_epoch,
                                               state.cursor_position)
         self.rollouts.shuffle_rng.setstate(state.reward_shuffle_rng)
+        self.learned = list(state.learned)
         state.restore_global_rngs()
 
+    def check_ledger(self) -> None:
+        self.ledger.check(self.rollouts.started, self.rollouts.in_flight(), self.rollouts.buffered(), self.learned)
 
-def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False, progress: bool = True) -> dict:
-    """Train translator and reranker on these parts; returns the first and last held-out evaluations."""
+    def stamped(self, weights: Weights) -> Weights:
+        """`weights` under this run's restore generation: an id no earlier weights of the run had."""
+        return replace(weights, generation=self.generation)
+
+
+def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False, progress: bool = True,
+          stop: threading.Event | None = None) -> dict:
+    """Train translator and reranker on these parts; returns the first and last held-out evaluations.
+
+    `stop` (set on SIGTERM by `mmrag train`): checkpoint at the next step boundary and return early, with
+    `preempted_at` the step saved; `--resume` continues from there.
+    """
     seed_everything(cfg.train.seed)
     run_dir = prepare_run_dir(cfg)
     held_out = held_out_sample(load_questions(cfg.data.dir, "val"), cfg.train.eval_questions)
@@ -87,62 +115,92 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
         _resume(run, learner, checkpoint, run_dir)
     else:
         run.initial = run.driver_state(learner.version)
-    pools.stages.install(learner.weights())
+    pools.stages.install(run.stamped(learner.weights()))
     metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir))
     try:
         if 0 not in run.evaluations:
             run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
-        _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress)
-        learner.export(run_dir / "export")
-        write_model_card(run_dir / "export", cfg, run.evaluations)
+        preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
-            "ledger": ledger.as_dict()}
+            "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned),
+            "preempted_at": run.step if preempted else None}
 
 
 def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
-          held_out: list[Question], run_dir: Path, progress: bool) -> None:
+          held_out: list[Question], run_dir: Path, progress: bool, stop: threading.Event | None) -> bool:
+    """Steps, then the export; a learner failure in any of its calls (update, publishing, save, export, the
+    rebuild itself) restores it and goes on from the restored step. Whether `stop` ended it early."""
     cfg = run.cfg
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
     last_end = time.perf_counter()
-    while run.step < cfg.train.steps:
-        experience = run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
-        learner_version = learner.version
-        pending = learner.start_update(experience.roots)
-        run.rollouts.overlap(pending, steps_after=cfg.train.steps - run.step - 1)
+    while True:
         try:
-            update = pending.result()
+            if run.step == cfg.train.steps:
+                learner.export(run_dir / "export")
+                write_model_card(run_dir / "export", cfg, run.evaluations)
+                break
+            if stop is not None and stop.is_set():
+                _checkpoint(run, learner, run_dir)
+                log.warning("stopped at step %d (SIGTERM): checkpointed; --resume continues", run.step)
+                bar.close()
+                return True
+            last_end = _step(run, pools, learner, stream, metrics, held_out, run_dir, bar, last_end)
         except LearnerFailed as exc:
             _recover_learner(run, learner, pools, run_dir, exc)
             bar.n = run.step
-            continue
-        pools.stages.install(update.weights)
-        run.step += 1
-        now = time.perf_counter()
-        record = _step_record(run, experience, update, learner_version, stream, now - last_end)
-        last_end = now
-        metrics.log(run.step, record)
-        bar.update(1)
-        bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
-        final = run.step == cfg.train.steps
-        if (cfg.train.checkpoint_every and run.step % cfg.train.checkpoint_every == 0) or final:
-            save_checkpoint(run_dir, learner, run.driver_state(learner.version))
-        if run.step % cfg.train.eval_every == 0 or final:
-            run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step, cfg.trackers.rollout_samples)
+            last_end = time.perf_counter()
     bar.close()
+    return False
 
 
-def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate, learner_version: int,
-                 stream: RolloutStream, seconds: float) -> dict:
-    run.ledger.check()
+def _checkpoint(run: TrainingRun, learner: Learner, run_dir: Path) -> None:
+    """Save this step unless it is saved already (the latest checkpoint is the step's)."""
+    latest = latest_checkpoint(run_dir)
+    if latest is None or load_driver_state(latest).step != run.step:
+        save_checkpoint(run_dir, learner, run.driver_state(learner.version))
+
+
+def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
+          held_out: list[Question], run_dir: Path, bar: tqdm, last_end: float) -> float:
+    """One optimiser step, its record, checkpoint and evaluation; when its record was taken (the next step's
+    seconds count from there, the previous step's checkpoint and evaluation included)."""
+    cfg = run.cfg
+    experience = run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
+    learner_version = learner.version
+    pending = learner.start_update(experience.roots)
+    run.rollouts.overlap(pending, steps_after=cfg.train.steps - run.step - 1)
+    update = pending.result()
+    run.learned.extend(update.rollouts)
+    weights = run.stamped(update.weights)
+    pools.stages.install(weights)
+    run.step += 1
+    now = time.perf_counter()
+    record = _step_record(run, experience, update, weights, learner_version, stream, now - last_end)
+    metrics.log(run.step, record)
+    bar.update(1)
+    bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
+    final = run.step == cfg.train.steps
+    if (cfg.train.checkpoint_every and run.step % cfg.train.checkpoint_every == 0) or final:
+        save_checkpoint(run_dir, learner, run.driver_state(learner.version))
+    run.restores_in_a_row = 0
+    if run.step % cfg.train.eval_every == 0 or final:
+        run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step, cfg.trackers.rollout_samples)
+    return now
+
+
+def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate, weights: Weights,
+                 learner_version: int, stream: RolloutStream, seconds: float) -> dict:
+    run.check_ledger()
     record = rollout_metrics(experience.roots)
     record.update(update.losses)
     record.update(
         policy_version=update.version, experience_version=experience.oldest_version,
         policy_lag=learner_version - experience.oldest_version, sampled_versions=experience.versions,
-        rollout=experience.number, ledger=run.ledger.as_dict(),
+        rollout=experience.number, weights_id=weights.id, weights_generation=weights.generation,
+        ledger=run.ledger.as_dict(),
         leaves_per_s=record["leaves"] / seconds, updates_per_s=1.0 / seconds, step_seconds=seconds,
         stage_seconds={**stream.take_stage_seconds(), "learn": update.seconds})
     return record
@@ -152,26 +210,42 @@ def _resume(run: TrainingRun, learner: Learner, checkpoint: Path, run_dir: Path)
     state = load_driver_state(checkpoint)
     learner.load(learner_dir(checkpoint))
     run.restore(state)
-    for name, value in state.ledger.items():
-        setattr(run.ledger, name, value)
-    run.ledger.resumed()
+    run.ledger = run.rollouts.ledger = RolloutLedger(**state.ledger)
+    run.ledger.rolled_back(state.rollouts_started, 0, "resume")
+    records = read_metrics(run_dir)
+    # A generation above every one the interrupted run used (it may have restored after its last checkpoint).
+    run.generation = max([state.generation, *(r.get("weights_generation", 0) for r in records)]) + 1
     # Evaluations this run logged up to the checkpoint (later ones belong to steps about to be redone).
-    run.evaluations = {r["step"]: r["eval"] for r in read_metrics(run_dir) if "eval" in r and r["step"] <= run.step}
+    run.evaluations = {r["step"]: r["eval"] for r in records if "eval" in r and r["step"] <= run.step}
 
 
 def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_dir: Path,
-                     error: Exception) -> None:
-    """Restore the learner from the latest checkpoint (or its initial weights), roll the driver back to match."""
-    checkpoint = latest_checkpoint(run_dir)
-    log.warning("learner failed at step %d (%s); restoring it from %s", run.step + 1, error,
-                checkpoint or "its initial weights")
-    learner.restart(learner_dir(checkpoint) if checkpoint is not None else None)
+                     error: LearnerFailed) -> None:
+    """Restore the learner from the latest checkpoint (or its initial weights), roll the driver back to match;
+    after `learner.max_restores` restores in a row without a completed step, stop naming the last failure."""
+    cause = "rank_lost" if error.lost else "rank_error"
+    while True:
+        run.restores_in_a_row += 1
+        if run.restores_in_a_row > run.cfg.learner.max_restores:
+            raise LearnerGaveUp(f"the learner failed {run.restores_in_a_row} times in a row without completing a "
+                                f"step (learner.max_restores = {run.cfg.learner.max_restores}); the last "
+                                f"failure: {error}") from error
+        checkpoint = latest_checkpoint(run_dir)
+        log.warning("learner %s at step %d (%s); restore %d of at most %d, from %s",
+                    "lost a rank" if error.lost else "code raised", run.step + 1, error, run.restores_in_a_row,
+                    run.cfg.learner.max_restores, checkpoint or "its initial weights")
+        try:
+            learner.restart(learner_dir(checkpoint) if checkpoint is not None else None)
+            break
+        except LearnerFailed as exc:
+            error = exc
     state = load_driver_state(checkpoint) if checkpoint is not None else run.initial
     run.rollouts.discard()
-    run.ledger.learner_restored(state.ledger["trained"], run.step - state.step)
+    run.ledger.rolled_back(state.rollouts_started, run.step - state.step, cause)
     run.restore(state)
+    run.generation += 1
     run.evaluations = {step: result for step, result in run.evaluations.items() if step <= run.step}
-    pools.stages.install(learner.weights())
+    pools.stages.install(run.stamped(learner.weights()))
 
 
 def _evaluate(pools: StagePools, questions: list[Question], metrics: MetricsLog, step: int,

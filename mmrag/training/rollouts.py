@@ -5,8 +5,11 @@ learner waits, and at most L while it trains: a batch started while the learner 
 version v is trained at version v + L at the latest, so the bound holds by construction
 (0: synchronous, nothing is rolled out while the learner trains). Batches are handed over in
 the order they were started; one whose oldest sample lags the learner by more than L when
-its turn comes (possible after a restart) is dropped and counted. Every batch's questions
-are accounted for in the `RolloutLedger`.
+its turn comes (possible after a restart) is dropped and counted. Every batch number is
+accounted for in the `RolloutLedger`. `rollback_point` is where a checkpoint must put the run
+back to: just before the oldest batch not yet trained (its number and the question cursor
+before it drew its questions), so a restore rolls out again every batch started after the
+trained ones, with the same questions and seeds.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ from mmrag.training.accounting import RolloutLedger
 from mmrag.training.learner import PendingUpdate
 from mmrag.training.run import QuestionCursor, score_trees
 from mmrag.training.streaming import RolloutBatch, RolloutStream, assemble_trees
+
+
+LEARNER_POLL_S = 1.0
+"""While the learner trains, how often the driver asks it whether it is done even when nothing else happens
+(a rank past its deadline makes `PendingUpdate.done` true without any result arriving)."""
 
 
 class RolloutFailed(RuntimeError):
@@ -55,6 +63,8 @@ class Rollouts:
         """Rollout batches started so far over the run (numbers the batches, seeds their sampling)."""
         self.queue: deque[RolloutBatch] = deque()
         """Started batches not yet handed over, oldest first (rolling out, or finished and buffered)."""
+        self.cursor_before: dict[int, tuple[int, int]] = {}
+        """Queued batch number -> the question cursor's (epoch, position) before that batch drew its questions."""
         self.shuffle_rng = random.Random(cfg.train.seed)
         self.failed_in_a_row = 0
 
@@ -67,11 +77,12 @@ class Rollouts:
             while batch.finished is None:
                 self._pump()
             self.queue.popleft()
+            del self.cursor_before[batch.number]
             if batch.failed:
                 self.failed_in_a_row += 1
-                if self.failed_in_a_row >= self.cfg.learner.max_failed_batches:
+                if self.failed_in_a_row >= self.cfg.pools.max_failed_batches:
                     raise RolloutFailed(f"{self.failed_in_a_row} rollout batches failed in a row "
-                                        f"(learner.max_failed_batches); the last: {batch.error}")
+                                        f"(pools.max_failed_batches); the last: {batch.error}")
                 continue
             self.failed_in_a_row = 0
             roots = assemble_trees(batch)
@@ -79,10 +90,10 @@ class Rollouts:
                         for level in ("translator", "reranker")}
             experience = Experience(roots, batch.number, versions, batch.finished - batch.started)
             if learner_version - experience.oldest_version > self.max_lag:
-                self.ledger.dropped(len(roots))
+                self.ledger.dropped(batch.number)
                 continue
             score_trees(roots, self.cfg, self.shuffle_rng)
-            self.ledger.trained_on(len(roots))
+            self.ledger.trained_on(batch.number)
             return experience
 
     def overlap(self, pending: PendingUpdate, steps_after: int) -> None:
@@ -90,26 +101,42 @@ class Rollouts:
         learner's update is done."""
         while not pending.done():
             self._fill(training=True, most=steps_after)
-            self._pump(also=pending.futures)
+            self._pump(also=pending.futures, timeout=LEARNER_POLL_S)
 
     def discard(self) -> None:
-        """Abandon every started batch (after a learner restore: lost weights drew them; the ledger says so)."""
+        """Stop every started batch (after a learner restore: lost weights drew them; the restore's
+        `RolloutLedger.rolled_back` marks their numbers abandoned)."""
         for batch in self.queue:
             self.stream.abandon(batch, "discarded: the learner was restored from a checkpoint")
         self.queue.clear()
+        self.cursor_before.clear()
 
-    @property
-    def buffered(self) -> int:
-        """Questions in finished batches not yet handed over."""
-        return sum(len(b.questions) for b in self.queue if b.finished is not None and not b.failed)
+    def rollback_point(self) -> tuple[int, int, int]:
+        """(batches started, cursor epoch, cursor position) just before the oldest batch not yet handed over:
+        what a checkpoint records, so that a restore rolls every later batch out again."""
+        if not self.queue:
+            return self.started, self.cursor.epoch, self.cursor.position
+        oldest = self.queue[0].number
+        return (oldest - 1, *self.cursor_before[oldest])
+
+    def in_flight(self) -> set[int]:
+        """Numbers of the queued batches still rolling out."""
+        return {b.number for b in self.queue if b.finished is None}
+
+    def buffered(self) -> set[int]:
+        """Numbers of the queued batches finished and not failed (a failed one is out of the queue's count
+        once its turn comes; until then the ledger has it as failed already)."""
+        return {b.number for b in self.queue if b.finished is not None and not b.failed}
 
     def _fill(self, training: bool, most: int | None = None) -> None:
         limit = self.max_lag + (0 if training else 1)
         while len(self.queue) < (limit if most is None else min(limit, most)):
             self.started += 1
+            self.cursor_before[self.started] = (self.cursor.epoch, self.cursor.position)
             questions = self.cursor.next_batch(self.cfg.train.questions_per_step)
+            self.ledger.started(self.started)
             self.queue.append(self.stream.start(questions, self.started))
 
-    def _pump(self, also: list = ()) -> None:
-        for batch in self.stream.pump(also):
-            self.ledger.finished(len(batch.questions), batch.failed)
+    def _pump(self, also: list = (), timeout: float | None = None) -> None:
+        for batch in self.stream.pump(also, timeout):
+            self.ledger.finished(batch.number, batch.failed)

@@ -2,7 +2,7 @@
 
 Each micro-batch goes translate -> retrieve -> rerank -> answer -> score. Stage calls run on
 `StagePools`: in one process each call runs at once (`InlinePools`); on Ray each call is a
-future on one replica of that stage's pool (`actors.stages.ActorPools`), each replica keeping
+future on one replica of that stage's pool (`actors.stage_pools.ActorPools`), each replica keeping
 a bounded number of calls in flight. `RolloutStream.pump` submits every call whose inputs are
 ready while its pool has room, latest stage first (finishing work frees memory and feeds
 the learner sooner), then waits for any call to finish; so the translator works on
@@ -238,8 +238,9 @@ class RolloutStream:
 def assemble_trees(batch: RolloutBatch) -> list[Node]:
     """One rollout tree per question of a finished batch, in question order; leaves carry rewards.
 
-    Translator nodes record the translator version that drew them, reranker nodes (the leaves)
-    the reranker version, and each leaf's payload both.
+    Roots record the rollout number (which the learner reports back), translator nodes the
+    translator version that drew them, reranker nodes (the leaves) the reranker version, and
+    each leaf's payload both.
     """
     roots = []
     for mb in batch.micro_batches:
@@ -250,7 +251,7 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
         row = 0
         for question, samples in zip(mb.questions, sampled.queries):
             root = Node("root", output=question.id, policy_version=min(versions.values()),
-                        payload={"question": question})
+                        payload={"question": question, "rollout": batch.number})
             for sample in samples:
                 t_node = root.add(Node("translator", output=sample.text, logprob=sample.logprob,
                                        policy_version=sampled.policy_version, payload={"hits": hits[row]}))

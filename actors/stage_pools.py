@@ -3,7 +3,7 @@
 One `ReplicaPool` per stage: translator replicas, encoder replicas, one pool per retrieval
 shard, reranker replicas, the generator pool and the reward pool. `submit` starts one stage
 call on a micro-batch and returns a future; `wait` blocks until some finish, re-dispatching
-calls whose replica died. A micro-batch's `QuestionTable` is put in the object store once
+calls whose replica died or passed its deadline (`pools.call_timeout_s`). A micro-batch's `QuestionTable` is put in the object store once
 (`share`) and every call takes that reference, so images never pass through the driver
 again; retrieval chains the encoder's output straight into the shards' searches and merges
 their top-K on the driver. The blocking `Stages` methods (evaluation) run the same calls.
@@ -32,6 +32,8 @@ from mmrag.training.streaming import StageFailed
 
 STARTUP_TIMEOUT_S = 600.0
 """How long an actor may take to be placed and load its model before the run fails naming it."""
+HEALTH_POLL_S = 1.0
+"""How often a wait looks at the health checks of replicas out of their pool."""
 
 
 class RetrievalCall:
@@ -46,6 +48,9 @@ class RetrievalCall:
         self.done = False
 
     def _searches(self) -> list[Call]:
+        """The shards' searches on the encoder's vectors (none while the encode call backs off)."""
+        if not self.encode.refs or self.encode.error:
+            return []
         return [pool.call("search", self.encode.refs[0], self.k) for pool in self.shards]
 
     @property
@@ -53,22 +58,41 @@ class RetrievalCall:
         pending = [] if self.encode.done else self.encode.refs
         return pending + [ref for call in self.searches if not call.done for ref in call.refs]
 
+    @property
+    def deadline(self) -> float:
+        return min(call.deadline for call in [self.encode, *self.searches] if not call.done)
+
     def settle(self, ready: set) -> None:
-        if not self.encode.done and self.encode.refs[0] in ready:
-            attempts = self.encode.attempts
+        if not self.encode.done and _answered(self.encode, ready):
+            resends = self.encode.resends
             self.encode.settle()
-            if self.encode.attempts > attempts:  # the encoder died: the searches wait on lost vectors
-                for call in self.searches:
-                    call.pool.in_flight[call.replica] -= 1
-                self.searches = self._searches()
+            if self.encode.resends > resends:  # the encoder died: the searches wait on lost vectors
+                self._search_again()
                 return
         for call in self.searches:
-            if not call.done and call.refs[0] in ready:
+            if not call.done and _answered(call, ready):
                 call.settle()
+        self._conclude()
+
+    def expire(self, now: float) -> None:
+        if self.encode.expire(now):
+            self._search_again()
+            return
+        for call in self.searches:
+            call.expire(now)
+        self._conclude()
+
+    def _search_again(self) -> None:
+        for call in self.searches:
+            if not call.done and call.refs:
+                call.pool.in_flight[call.replica] -= 1
+        self.searches = self._searches()
+
+    def _conclude(self) -> None:
         failed = [c.error for c in [self.encode, *self.searches] if c.done and c.error]
         if failed:
             self.error, self.done = failed[0], True
-        elif all(call.done for call in self.searches):
+        elif self.searches and all(call.done for call in self.searches):
             self.value, self.done = merge_topk([call.value for call in self.searches], self.k), True
 
 
@@ -94,9 +118,16 @@ class _SingleCall:
     def value(self) -> Any:
         return self.call.value
 
+    @property
+    def deadline(self) -> float:
+        return self.call.deadline
+
     def settle(self, ready: set) -> None:
-        if self.call.refs[0] in ready:
+        if _answered(self.call, ready):
             self.call.settle()
+
+    def expire(self, now: float) -> None:
+        self.call.expire(now)
 
 
 class ActorPools:
@@ -110,13 +141,13 @@ class ActorPools:
 
     @classmethod
     def launch(cls, cfg: Config, classes: ActorClasses = ActorClasses()) -> ActorPools:
-        """Place every stage's actors (restartable, CPUs from `learner.actor_num_cpus`, GPUs per section),
+        """Place every stage's actors (restartable, CPUs from `pools.actor_num_cpus`, GPUs per section),
         each made from its class in `classes`."""
-        cache, learner = cfg.zoo.cache_dir, cfg.learner
+        cache, settings = cfg.zoo.cache_dir, cfg.pools
 
         def place(actor_class: type, count: int, num_gpus: float, *args) -> list:
-            options = ray.remote(actor_class).options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
-                                                      max_restarts=learner.max_restarts, max_task_retries=0)
+            options = ray.remote(actor_class).options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
+                                                      max_restarts=settings.max_restarts, max_task_retries=0)
             return [options.remote(*args) for _ in range(count)]
 
         groups = {
@@ -127,15 +158,14 @@ class ActorPools:
             "answer": place(classes.answer, cfg.generator.num_replicas, cfg.generator.num_gpus, cfg.generator, cache),
             "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache),
         }
-        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=learner.max_restarts)
+        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts)
         for stage, actors in groups.items():
             _wait_started(stage, actors)
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
         router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
-        pools = {stage: ReplicaPool(stage, actors, learner.calls_per_replica, learner.call_retries)
-                 for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], learner.calls_per_replica, learner.call_retries)
-                  for i, shard in enumerate(router.shards)]
+        limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s)
+        pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
+        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
         return cls(cfg, pools, shards, router)
 
     # StagePools: what the streaming rollout drives.
@@ -156,13 +186,28 @@ class ActorPools:
         return _SingleCall(pool.call(method, *args))
 
     def wait(self, futures: list, timeout: float | None = None) -> list:
-        """Until at least one future is done (a stage call settled, or a plain object ref ready) or `timeout`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Until at least one future is done (a stage call settled, or a plain object ref ready) or `timeout`.
+
+        Blocks in `ray.wait` until something is ready or the nearest call deadline (or a health check's
+        poll) comes, never spinning; calls past their deadline are re-dispatched (`Call.expire`).
+        """
+        until = None if timeout is None else time.monotonic() + timeout
         while True:
+            calls = [f for f in futures if not isinstance(f, ray.ObjectRef) and not f.done]
             refs = [ref for future in futures for ref in _refs_of(future)]
-            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
-            ready = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+            wake = [call.deadline for call in calls] + ([until] if until is not None else [])
+            if any(pool.health_checks for pool in self._all_pools()):
+                wake.append(time.monotonic() + HEALTH_POLL_S)
+            left = None if not wake else max(min(wake) - time.monotonic(), 0.0)
+            if refs:
+                ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
+                ready = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+            else:  # every call is backing off before a re-send
+                time.sleep(left or 0.0)
+                ready = set()
+            now = time.monotonic()
+            for pool in self._all_pools():
+                pool.check_health()
             done = []
             for future in futures:
                 if isinstance(future, ray.ObjectRef):
@@ -170,9 +215,11 @@ class ActorPools:
                         done.append(future)
                 elif not future.done:
                     future.settle(ready)
+                    if not future.done:
+                        future.expire(now)
                     if future.done:
                         done.append(future)
-            if done or (deadline is not None and time.monotonic() >= deadline):
+            if done or (until is not None and now >= until):
                 return done
 
     def result(self, future: RetrievalCall | _SingleCall) -> Any:
@@ -191,7 +238,7 @@ class ActorPools:
                 raise ValueError(f"{component} weights of version {weights.version}: the Ray stages need the "
                                  "published state (a learner that trains in place only serves in-process stages)")
             refs = () if state is None else (state if isinstance(state, ray.ObjectRef) else ray.put(state),)
-            self.policy[component] = PolicyWeights(weights.version, refs)
+            self.policy[component] = PolicyWeights(weights.version, refs, weights.generation)
 
     def translate(self, table, n: int, seed: int):
         return self._run("translate", self._shared(table), n, seed)
@@ -221,9 +268,16 @@ class ActorPools:
         seconds = max(r["seconds"] for r in reports)
         return {"leaves": leaves, "seconds": seconds, "leaves_per_s": leaves / seconds if seconds > 0 else 0.0}
 
-    def restarts(self) -> dict[str, int]:
-        """Calls re-dispatched after their replica died, per pool."""
-        return {pool.name: pool.redispatched for pool in [*self.pools.values(), *self.shards] if pool.redispatched}
+    def redispatched_calls(self) -> dict[str, int]:
+        """Calls re-dispatched after their replica died or hung past the deadline, per pool."""
+        return {pool.name: pool.redispatched for pool in self._all_pools() if pool.redispatched}
+
+    def timed_out_calls(self) -> dict[str, int]:
+        """Calls that passed their deadline (their replica killed), per pool."""
+        return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
+
+    def _all_pools(self) -> list[ReplicaPool]:
+        return [*self.pools.values(), *self.shards]
 
     def shutdown(self) -> None:
         for pool in self.pools.values():
@@ -246,6 +300,10 @@ _POOL_OF = {"translate": "translate", "translate_greedy": "translate", "retrieve
 _METHODS = {"translate": ("sample", "translator"), "translate_greedy": ("greedy", "translator"),
             "rerank": ("sample", "reranker"), "rerank_greedy": ("greedy", "reranker"),
             "answer": ("answer", None), "score": ("score", None)}
+
+
+def _answered(call: Call, ready: set) -> bool:
+    return bool(call.refs) and call.refs[0] in ready
 
 
 def _refs_of(future) -> list:
