@@ -175,6 +175,7 @@ class LearnerGroup:
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
         self.cfg = cfg
+        self.world_size = cfg.learner.num_workers
         self.device_time = device_time
         self.ranks: list = []
         check_placeable(cfg)

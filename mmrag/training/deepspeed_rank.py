@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from mmrag import storage
 from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
@@ -156,21 +157,25 @@ class DeepSpeedRank:
         return float(total)
 
     def save(self, directory: str | Path) -> None:
-        """Engine and optimiser states of both components (each rank writes its partition), version, RNG."""
-        for name, engine in self.engines.items():
-            engine.save_checkpoint(str(Path(directory) / name), tag="engine", exclude_frozen_parameters=True,
-                                   client_state={"version": self.version, "torch_rng": torch.get_rng_state()})
+        """Engine and optimiser states of both components, version, RNG: each rank writes its own files locally
+        and uploads them to `directory` (a storage URI) as its part `rank_<r>`."""
+        with storage.writing_to(directory, f"rank_{self.rank}") as local:
+            for name, engine in self.engines.items():
+                engine.save_checkpoint(str(local / name), tag="engine", exclude_frozen_parameters=True,
+                                       client_state={"version": self.version, "torch_rng": torch.get_rng_state()})
 
     def load(self, directory: str | Path) -> None:
-        for name, engine in self.engines.items():
-            path = Path(directory) / name
-            loaded, client_state = engine.load_checkpoint(str(path), tag="engine", load_module_strict=False)
-            if loaded is None:
-                raise FileNotFoundError(f"{path}: no DeepSpeed checkpoint tagged 'engine' for the {name}")
-            self.version = client_state["version"]
-            torch.set_rng_state(client_state["torch_rng"])
+        with storage.reading_from(directory) as local:
+            for name, engine in self.engines.items():
+                loaded, client_state = engine.load_checkpoint(str(local / name), tag="engine",
+                                                              load_module_strict=False)
+                if loaded is None:
+                    raise FileNotFoundError(f"{directory}: no DeepSpeed checkpoint tagged 'engine' for the {name}")
+                self.version = client_state["version"]
+                torch.set_rng_state(client_state["torch_rng"])
 
     def export(self, directory: str | Path) -> None:
         with self._gathered():
             if self.rank == 0:
-                save_export(directory, self.translator, self.reranker, self.version, self.cfg)
+                with storage.writing_to(directory, "export") as local:
+                    save_export(local, self.translator, self.reranker, self.version, self.cfg)

@@ -24,16 +24,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from mmrag import storage
 from mmrag.config import Config
 from mmrag.data.dataset import Question, load_questions
 from mmrag.training.accounting import RolloutLedger
-from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_dir, load_driver_state,
-                                       save_checkpoint)
+from mmrag.training.checkpoint import (DriverState, checkpoint_to_resume, latest_checkpoint, learner_dir,
+                                       load_driver_state, save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate
 from mmrag.training.ledger import MetricsLedger, read_metrics
 from mmrag.training.rollouts import Experience, Rollouts
-from mmrag.training.run import QuestionCursor, prepare_run_dir, rollout_metrics
+from mmrag.training.run import RUN_FILES, QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
 from mmrag.training.streaming import RolloutStream, StagePools
 
@@ -78,9 +79,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     ledger = RolloutLedger()
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     run = TrainingRun(cfg, Rollouts(cfg, stream, cursor, ledger), ledger)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'} (train.run_dir)")
+    checkpoint = checkpoint_to_resume(cfg.train.run_dir, "required" if resume else cfg.train.resume)
     if checkpoint is not None:
         _resume(run, learner, checkpoint, run_dir)
     else:
@@ -91,9 +90,10 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
         if 0 not in run.evaluations:
             run.evaluations[0] = _evaluate(pools, held_out, metrics, 0)
         _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress)
-        learner.export(run_dir / "export")
+        learner.export(storage.join(cfg.train.run_dir, "export"))
     finally:
         metrics.close()
+        storage.mirror_up(run_dir, cfg.train.run_dir, RUN_FILES)
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
             "ledger": ledger.as_dict()}
@@ -125,7 +125,8 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
         bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
         final = run.step == cfg.train.steps
         if (cfg.train.checkpoint_every and run.step % cfg.train.checkpoint_every == 0) or final:
-            save_checkpoint(run_dir, learner, run.driver_state(learner.version))
+            save_checkpoint(cfg.train.run_dir, learner, run.driver_state(learner.version))
+            storage.mirror_up(run_dir, cfg.train.run_dir, RUN_FILES)
         if run.step % cfg.train.eval_every == 0 or final:
             run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step)
     bar.close()
@@ -145,7 +146,7 @@ def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate
     return record
 
 
-def _resume(run: TrainingRun, learner: Learner, checkpoint: Path, run_dir: Path) -> None:
+def _resume(run: TrainingRun, learner: Learner, checkpoint: str, run_dir: Path) -> None:
     state = load_driver_state(checkpoint)
     learner.load(learner_dir(checkpoint))
     run.restore(state)
@@ -159,7 +160,7 @@ def _resume(run: TrainingRun, learner: Learner, checkpoint: Path, run_dir: Path)
 def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_dir: Path,
                      error: Exception) -> None:
     """Restore the learner from the latest checkpoint (or its initial weights), roll the driver back to match."""
-    checkpoint = latest_checkpoint(run_dir)
+    checkpoint = latest_checkpoint(run.cfg.train.run_dir)
     log.warning("learner failed at step %d (%s); restoring it from %s", run.step + 1, error,
                 checkpoint or "its initial weights")
     learner.restart(learner_dir(checkpoint) if checkpoint is not None else None)
