@@ -21,6 +21,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.encoder import EncoderActor
 from actors.generator import GeneratorActor
+from actors.placement import StagePlacement
 from actors.policy import PolicyWeights
 from actors.pool import Call, ReplicaPool
 from actors.reranker import RerankerActor
@@ -108,8 +109,8 @@ class ActorPools:
     """`StagePools` and `Stages` over Ray actor pools."""
 
     def __init__(self, cfg: Config, pools: dict[str, ReplicaPool], shards: list[ReplicaPool],
-                 router: RetrievalRouter):
-        self.cfg, self.pools, self.shards, self.router = cfg, pools, shards, router
+                 router: RetrievalRouter, placement: StagePlacement):
+        self.cfg, self.pools, self.shards, self.router, self.placement = cfg, pools, shards, router, placement
         self.stages = self
         self.policy: dict[str, PolicyWeights] = {}
 
@@ -124,11 +125,13 @@ class ActorPools:
         if unknown:
             raise ValueError(f"device_time: unknown stage {sorted(unknown)[0]!r}")
         cache, learner = cfg.zoo.cache_dir, cfg.learner
+        placement = StagePlacement(cfg)
 
         def place(actor_class, count: int, num_gpus: float, *args, stage: str) -> list:
-            options = actor_class.options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
-                                          max_restarts=learner.max_restarts, max_task_retries=0)
-            return [options.remote(*args, device_time=device_time.get(stage)) for _ in range(count)]
+            return [actor_class.options(num_cpus=learner.actor_num_cpus, num_gpus=num_gpus,
+                                        max_restarts=learner.max_restarts, max_task_retries=0,
+                                        **placement.options(stage, i)).remote(*args, device_time=device_time.get(stage))
+                    for i in range(count)]
 
         groups = {
             "translate": place(TranslatorActor, cfg.translator.num_replicas, cfg.translator.num_gpus, cfg.translator,
@@ -151,7 +154,7 @@ class ActorPools:
                  for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], learner.calls_per_replica, learner.call_retries)
                   for i, shard in enumerate(router.shards)]
-        return cls(cfg, pools, shards, router)
+        return cls(cfg, pools, shards, router, placement)
 
     # StagePools: what the streaming rollout drives.
 
@@ -245,6 +248,7 @@ class ActorPools:
             for actor in pool.actors:
                 ray.kill(actor, no_restart=True)
         self.router.shutdown()
+        self.placement.remove()
 
     def _shared(self, table) -> ray.ObjectRef:
         return table if isinstance(table, ray.ObjectRef) else self.share(table)

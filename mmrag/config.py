@@ -274,6 +274,8 @@ class LearnerConfig:
     """One GPU per learner worker."""
     num_cpus_per_worker: float = 1.0
     """CPUs reserved by each learner worker."""
+    strict_pack: bool = False
+    """Reserve the ranks' placement group STRICT_PACK (all on one node) rather than PACK (one node if it fits)."""
     startup_timeout_s: float = 300.0
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     actor_num_cpus: float = 0.5

@@ -22,9 +22,10 @@ import sys
 import ray
 
 from actors.learner import LearnerGroup
+from actors.placement import check_placement
 from actors.stages import ActorPools
 from cluster.connect import connect
-from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
+from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
@@ -42,6 +43,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True, 
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         check_fits(resource_plan(cfg), ray.cluster_resources())
+        check_placement(placement_plan(cfg))
         pools = ActorPools.launch(cfg, {stage: cost for stage, cost in device_time.items() if stage != "learn"})
         cleanup.callback(pools.shutdown)
         learner = LearnerGroup(cfg, device_time=device_time.get("learn"))

@@ -48,15 +48,25 @@ def deepspeed_config(lr: float, world_size: int, zero_stage: int, dtype: str) ->
     }
 
 
-def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool) -> torch.device:
-    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs); the device this rank trains on."""
+def serve_rendezvous(world: int) -> torch.distributed.TCPStore:
+    """Rank 0's store for the process group, on a port the OS picks (`.port`): held, so no other process takes it."""
+    return torch.distributed.TCPStore("0.0.0.0", 0, world, is_master=True, wait_for_workers=False)
+
+
+def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool,
+                       store: torch.distributed.TCPStore | None = None) -> torch.device:
+    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs) through rank 0's store at address:port
+    (`store` on rank 0, from `serve_rendezvous`); the device this rank trains on."""
     # The env:// rendezvous torchrun would set up. Ray shows each rank only its own GPU, hence LOCAL_RANK 0.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=address,
                       MASTER_PORT=str(port))
     # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo", auto_mpi_discovery=False, verbose=False)
+    backend = "nccl" if use_gpu else "gloo"
+    store = store or torch.distributed.TCPStore(address, port, world, is_master=False)
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world)
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
     if not use_gpu:
         return torch.device("cpu")
     torch.cuda.set_device(0)
@@ -82,9 +92,10 @@ class LossModule(torch.nn.Module):
 class DeepSpeedRank:
     """Both components, their engines and the weights version, on one rank of the process group."""
 
-    def __init__(self, cfg: Config, rank: int, world: int, address: str, port: int):
+    def __init__(self, cfg: Config, rank: int, world: int, address: str, port: int,
+                 store: torch.distributed.TCPStore | None = None):
         self.cfg, self.rank, self.world = cfg, rank, world
-        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu)
+        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu, store)
         self.version = 0
         self.translator, self.reranker = load_trainable_components(cfg, str(self.device))
         # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
