@@ -23,6 +23,7 @@ from pathlib import Path
 
 import ray
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from benchmarks.results import machine, markdown_table, publish_figures
 
@@ -34,8 +35,6 @@ QWEN2_05B_SHAPE = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_la
 
 
 def build_model(dtype: str) -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     torch.manual_seed(0)
     with torch.device("cpu"):
         return Qwen2ForCausalLM(Qwen2Config(**QWEN2_05B_SHAPE)).to(getattr(torch, dtype))
