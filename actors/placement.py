@@ -30,7 +30,7 @@ def check_placement(plans: list[PlacementGroupPlan]) -> dict[tuple[str, int], st
 
 def reserve(plan: PlacementGroupPlan, timeout_s: float) -> PlacementGroup:
     """Reserve `plan`'s bundles, waiting at most `timeout_s` (then `PlanDoesNotFit`, releasing them)."""
-    group = placement_group([b.resources() for b in plan.bundles], strategy=plan.strategy, name=plan.name)
+    group = placement_group([b.resources() for b in plan.bundles], strategy=plan.strategy)
     if not group.wait(timeout_s):
         remove_placement_group(group)
         raise PlanDoesNotFit(f"{plan.name}: its {len(plan.bundles)} bundles were not reserved within {timeout_s:g} s "
