@@ -3,7 +3,7 @@
 Sits between the translator and the retrieval shards in the rollout stream: each call encodes
 a micro-batch's translated queries, and the shards search the returned vectors (passed to
 them as an object ref, without a trip through the driver). All logic is in `mmrag.models.clip_encoder.ClipEncoder`.
-Placed by `actors.stages.ActorPools` as `ray.remote(EncoderActor).options(num_gpus=...)`: a plain
+Placed by `actors.stage_pools.ActorPools` as `ray.remote(EncoderActor).options(num_gpus=...)`: a plain
 class, so that a benchmark can place a subclass instead (`benchmarks.simulated_device`).
 """
 

@@ -10,14 +10,14 @@ failing rank fails the call at once, naming the rank, and so does a rank that ha
 within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
 process); the process group itself is built with that timeout, so a collective broken by
 a dead peer fails on the survivors too. A process group cannot take a rank
-back, so `restart` replaces the whole group and restores a checkpoint. What a rank does is
+back, so `restart` replaces the whole group and restores a checkpoint. The ranks are one placement group
+(`learner.strict_pack`: STRICT_PACK, else PACK), reserved once and kept across restarts. What a rank does is
 `mmrag.training.deepspeed_rank.DeepSpeedRank`; `LearnerRank` only hosts it.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +25,13 @@ from pathlib import Path
 import ray
 from ray.exceptions import RayActorError, RayError
 
-from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
+from ray.util.placement_group import remove_placement_group
+
+from actors.placement import in_bundle, reserve
+from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
-from mmrag.training.deepspeed_rank import DeepSpeedRank
+from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 
 DEAD_PEER_GRACE_S = 10.0
@@ -50,19 +53,20 @@ class LearnerRank:
 
     def __init__(self):
         self.worker = None
+        self.store = None
 
     def pid(self) -> int:
         return os.getpid()
 
-    def rendezvous_address(self) -> tuple[str, int]:
-        """This node's address and a port free on it: where rank 0 serves the process group's store."""
-        with socket.socket() as probe:
-            probe.bind(("", 0))
-            return ray.util.get_node_ip_address(), probe.getsockname()[1]
+    def rendezvous_address(self, world: int) -> tuple[str, int]:
+        """Rank 0: serve the process group's store on a port the OS picks, held from now on (a port probed free
+        and bound later could be taken in between); this node's address and that port."""
+        self.store = serve_rendezvous(world)
+        return ray.util.get_node_ip_address(), self.store.port
 
     def start(self, cfg: Config, rank: int, world: int, address: str, port: int, checkpoint: str | None) -> int:
         """Join the process group, load the components, build the engines (restore `checkpoint`); the version."""
-        self.worker = DeepSpeedRank(cfg, rank, world, address, port)
+        self.worker = DeepSpeedRank(cfg, rank, world, address, port, self.store)
         if checkpoint is not None:
             self.worker.load(checkpoint)
         return self.worker.version
@@ -183,9 +187,16 @@ class LearnerGroup:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
+        self.world_size = cfg.learner.num_workers
         self.ranks: list = []
         check_placeable(cfg)
-        self._start(resume_from)
+        # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
+        self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
+        try:
+            self._start(resume_from)
+        except BaseException:
+            self.shutdown()
+            raise
 
     def _start(self, checkpoint: str | Path | None) -> None:
         """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""
@@ -193,12 +204,13 @@ class LearnerGroup:
         options = {"num_cpus": learner.num_cpus_per_worker, "num_gpus": 1 if learner.use_gpu else 0,
                    # Named outright, DeepSpeed does not warn that it found no GPU on a CPU learner.
                    "runtime_env": {"env_vars": {"DS_ACCELERATOR": "cuda" if learner.use_gpu else "cpu"}}}
-        self.ranks = [self.rank_actor.options(**options).remote() for _ in range(world)]
+        self.ranks = [self.rank_actor.options(**options, **in_bundle(self.placement, i)).remote()
+                      for i in range(world)]
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
                            learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)",
                            "learner.startup_timeout_s")
-            address, port = ray.get(self.ranks[0].rendezvous_address.remote())
+            address, port = ray.get(self.ranks[0].rendezvous_address.remote(world))
             restore = None if checkpoint is None else str(checkpoint)
             starts = [rank.start.remote(self.cfg, i, world, address, port, restore)
                       for i, rank in enumerate(self.ranks)]
@@ -207,7 +219,7 @@ class LearnerGroup:
                                           "learner.startup_timeout_s")[0]
             self.published = self._publish()
         except BaseException:
-            self.shutdown()
+            self._stop_ranks()
             raise
 
     def _publish(self) -> Weights:
@@ -241,15 +253,20 @@ class LearnerGroup:
         self._on_every_rank("export", str(directory))
 
     def restart(self, checkpoint_dir: str | Path | None = None) -> None:
-        """Replace every rank by a fresh one (a new process group) and restore `checkpoint_dir`, else start over."""
-        self.shutdown()
+        """Replace every rank by a fresh one (a new process group, in the same placement group) and restore
+        `checkpoint_dir`, else start over."""
+        self._stop_ranks()
         self._start(checkpoint_dir)
 
     def pids(self) -> list[int]:
         """Each rank's process id (to watch or, in tests, kill a rank)."""
         return self._on_every_rank("pid")
 
-    def shutdown(self) -> None:
+    def _stop_ranks(self) -> None:
         for rank in self.ranks:
             ray.kill(rank)
         self.ranks = []
+
+    def shutdown(self) -> None:
+        self._stop_ranks()
+        remove_placement_group(self.placement)

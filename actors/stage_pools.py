@@ -20,6 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from actors.actor_classes import ActorClasses
+from actors.placement import StagePlacement
 from actors.policy import PolicyWeights
 from actors.pool import Call, ReplicaPool
 from actors.retrieval import RetrievalRouter
@@ -134,8 +135,8 @@ class ActorPools:
     """`StagePools` and `Stages` over Ray actor pools."""
 
     def __init__(self, cfg: Config, pools: dict[str, ReplicaPool], shards: list[ReplicaPool],
-                 router: RetrievalRouter):
-        self.cfg, self.pools, self.shards, self.router = cfg, pools, shards, router
+                 router: RetrievalRouter, placement: StagePlacement):
+        self.cfg, self.pools, self.shards, self.router, self.placement = cfg, pools, shards, router, placement
         self.stages = self
         self.policy: dict[str, PolicyWeights] = {}
 
@@ -145,18 +146,26 @@ class ActorPools:
         each made from its class in `classes`."""
         cache, settings = cfg.zoo.cache_dir, cfg.pools
 
-        def place(actor_class: type, count: int, num_gpus: float, *args) -> list:
-            options = ray.remote(actor_class).options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
-                                                      max_restarts=settings.max_restarts, max_task_retries=0)
-            return [options.remote(*args) for _ in range(count)]
+        placement = StagePlacement(cfg)
+
+        def place(actor_class: type, count: int, num_gpus: float, *args, stage: str) -> list:
+            remote_class = ray.remote(actor_class)
+            return [remote_class.options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
+                                         max_restarts=settings.max_restarts, max_task_retries=0,
+                                         **placement.options(stage, i)).remote(*args)
+                    for i in range(count)]
 
         groups = {
             "translate": place(classes.translate, cfg.translator.num_replicas, cfg.translator.num_gpus,
-                               cfg.translator, cache),
-            "retrieve": place(classes.retrieve, cfg.encoder.num_replicas, cfg.encoder.num_gpus, cfg.encoder, cache),
-            "rerank": place(classes.rerank, cfg.reranker.num_replicas, cfg.reranker.num_gpus, cfg.reranker, cache),
-            "answer": place(classes.answer, cfg.generator.num_replicas, cfg.generator.num_gpus, cfg.generator, cache),
-            "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache),
+                               cfg.translator, cache, stage="translate"),
+            "retrieve": place(classes.retrieve, cfg.encoder.num_replicas, cfg.encoder.num_gpus, cfg.encoder, cache,
+                              stage="retrieve"),
+            "rerank": place(classes.rerank, cfg.reranker.num_replicas, cfg.reranker.num_gpus, cfg.reranker, cache,
+                            stage="rerank"),
+            "answer": place(classes.answer, cfg.generator.num_replicas, cfg.generator.num_gpus, cfg.generator, cache,
+                            stage="answer"),
+            "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache,
+                           stage="score"),
         }
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts)
         for stage, actors in groups.items():
@@ -166,7 +175,7 @@ class ActorPools:
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
-        return cls(cfg, pools, shards, router)
+        return cls(cfg, pools, shards, router, placement)
 
     # StagePools: what the streaming rollout drives.
 
@@ -284,6 +293,7 @@ class ActorPools:
             for actor in pool.actors:
                 ray.kill(actor, no_restart=True)
         self.router.shutdown()
+        self.placement.remove()
 
     def _shared(self, table) -> ray.ObjectRef:
         return table if isinstance(table, ray.ObjectRef) else self.share(table)

@@ -150,3 +150,96 @@ def format_plan(plan: list[ActorGroup]) -> str:
     totals = plan_totals(plan)
     rows += ["-" * len(header), f"{'total':<18}{'':>6}{'':>10}{'':>10}{totals['CPU']:>11g}{totals['GPU']:>11g}"]
     return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One placement-group bundle: the resources reserved for `actors` actors of one group, on one node."""
+
+    group: str
+    actors: int
+    num_cpus: float
+    num_gpus: float
+
+    def resources(self) -> dict[str, float]:
+        return {"CPU": self.num_cpus, "GPU": self.num_gpus} if self.num_gpus else {"CPU": self.num_cpus}
+
+
+@dataclass(frozen=True)
+class PlacementGroupPlan:
+    """A placement group: its bundles, reserved together, and Ray's strategy for spreading them over nodes."""
+
+    name: str
+    strategy: str
+    bundles: tuple[Bundle, ...]
+
+
+def placement_plan(cfg: Config) -> list[PlacementGroupPlan]:
+    """The placement groups the distributed trainer reserves: the learner ranks (one bundle per rank, PACK, or
+    STRICT_PACK with `learner.strict_pack`), and for each stage with a fractional GPU share one bundle per GPU
+    holding as many of its replicas as fit on the device (their CPUs with them), PACK. Mirrors
+    `actors.learner.LearnerGroup` and `actors.placement.StagePlacement`."""
+    learner = next(g for g in resource_plan(cfg) if g.name == "learner_workers")
+    plans = [PlacementGroupPlan("learner_workers", "STRICT_PACK" if cfg.learner.strict_pack else "PACK",
+                                tuple(Bundle(learner.name, 1, learner.num_cpus, learner.num_gpus)
+                                      for _ in range(learner.count)))]
+    for group in resource_plan(cfg):
+        # Retrieval shards hold one index each and are placed by their router, a GPU share apiece.
+        if not 0 < group.num_gpus < 1 or group.name == "retrieval_shards":
+            continue
+        per_gpu = math.floor(1 / group.num_gpus + 1e-9)
+        counts = [min(per_gpu, group.count - start) for start in range(0, group.count, per_gpu)]
+        plans.append(PlacementGroupPlan(group.name, "PACK", tuple(
+            Bundle(group.name, n, n * group.num_cpus, n * group.num_gpus) for n in counts)))
+    return plans
+
+
+def _fits(bundle: Bundle, free: dict[str, float]) -> bool:
+    return bundle.num_cpus <= free["CPU"] + 1e-9 and bundle.num_gpus <= free["GPU"] + 1e-9
+
+
+def place_bundles(plans: list[PlacementGroupPlan], nodes: dict[str, dict[str, float]]) -> dict[tuple[str, int], str]:
+    """Where each bundle would land: (group, bundle index) -> node name, or `PlanDoesNotFit` naming the first
+    bundle no node can hold. PACK puts a group's bundles on one node when one has room for all, else on the
+    fewest nodes first-fit; STRICT_PACK only on one node. `nodes`: name -> {"CPU", "GPU"} free on it."""
+    free = {name: {"CPU": float(r.get("CPU", 0)), "GPU": float(r.get("GPU", 0))} for name, r in nodes.items()}
+    landing: dict[tuple[str, int], str] = {}
+    for plan in plans:
+        need = {"CPU": sum(b.num_cpus for b in plan.bundles), "GPU": sum(b.num_gpus for b in plan.bundles)}
+        whole = next((n for n, f in free.items() if _fits(Bundle(plan.name, 0, need["CPU"], need["GPU"]), f)), None)
+        if whole is None and plan.strategy == "STRICT_PACK":
+            raise PlanDoesNotFit(f"{plan.name}: STRICT_PACK needs {need['CPU']:g} CPU and {need['GPU']:g} GPU on one "
+                                 f"node for its {len(plan.bundles)} bundles, but no node has that free; unset "
+                                 f"learner.strict_pack (PACK may spread the ranks) or use larger nodes")
+        for index, bundle in enumerate(plan.bundles):
+            node = whole or next((n for n, f in free.items() if _fits(bundle, f)), None)
+            if node is None:
+                raise PlanDoesNotFit(f"{plan.name} bundle {index}: needs {bundle.num_cpus:g} CPU and "
+                                     f"{bundle.num_gpus:g} GPU on one node for {bundle.actors} actor(s), but no "
+                                     f"node has that free after the bundles before it; add nodes or lower the "
+                                     f"group's count, num_cpus or num_gpus")
+            free[node]["CPU"] -= bundle.num_cpus
+            free[node]["GPU"] -= bundle.num_gpus
+            landing[(plan.name, index)] = node
+    return landing
+
+
+def declared_nodes(launcher: dict) -> dict[str, dict[str, float]]:
+    """Each node of a launcher config at full scale (as `declared_capacity` counts them): name -> resources."""
+    node_types = launcher.get("available_node_types") or {}
+    head, workers_left, nodes = launcher.get("head_node_type"), int(launcher.get("max_workers", 0)), {}
+    for name, node_type in node_types.items():
+        copies = 1 if name == head else min(int(node_type.get("max_workers", workers_left)), workers_left)
+        workers_left -= 0 if name == head else copies
+        for i in range(copies):
+            nodes[name if name == head else f"{name}-{i}"] = dict(node_type.get("resources", {}))
+    return nodes
+
+
+def format_placement(plans: list[PlacementGroupPlan], landing: dict[tuple[str, int], str]) -> str:
+    """A table of the placement groups: one row per bundle with the node it would land on."""
+    header = f"{'placement group':<18}{'strategy':>12}{'bundle':>8}{'actors':>8}{'CPU':>7}{'GPU':>7}  node"
+    rows = [header, "-" * len(header)]
+    rows += [f"{p.name:<18}{p.strategy:>12}{i:>8}{b.actors:>8}{b.num_cpus:>7g}{b.num_gpus:>7g}  {landing[(p.name, i)]}"
+             for p in plans for i, b in enumerate(p.bundles)]
+    return "\n".join(rows)

@@ -226,7 +226,10 @@ class TrainConfig:
     """`distributed`: stage actor pools and a DeepSpeed learner group on Ray (a local single-node Ray if no cluster);
     `local-reference`: the same loop in one process, no Ray (the yardstick)."""
     run_dir: str = "runs/local"
-    """Where metrics.jsonl, TensorBoard events, checkpoints and exports go."""
+    """Where metrics.jsonl, TensorBoard events, checkpoints and exports go: a path (local or NFS) or a URI,
+    s3://bucket/prefix or gs://bucket/prefix (`mmrag.storage`); on a cluster, storage every node reaches."""
+    resume: Literal["never", "auto", "required"] = "never"
+    """Start from run_dir's latest checkpoint: never, auto (when there is one: a retried job resumes), required."""
     steps: int = 200
     """Optimiser steps."""
     questions_per_step: int = 8
@@ -300,6 +303,8 @@ class LearnerConfig:
     """One GPU per learner worker."""
     num_cpus_per_worker: float = 1.0
     """CPUs reserved by each learner worker."""
+    strict_pack: bool = False
+    """Reserve the ranks' placement group STRICT_PACK (all on one node) rather than PACK (one node if it fits)."""
     startup_timeout_s: float = 300.0
     """Seconds a learner rank may take to be placed, then to load its models, before the group fails naming it."""
     call_timeout_s: float = 600.0

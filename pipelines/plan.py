@@ -1,7 +1,8 @@
 """Print the Ray resource plan of a config and check it fits the cluster it will run on.
 
 One row per actor group the distributed trainer starts (count, CPUs and GPUs each),
-then the totals, checked against, in this order of precedence: the capacity a launcher
+then the totals, then the placement groups' bundles and the node each would land on, checked
+against, in this order of precedence: the capacity a launcher
 YAML declares at full scale (--cluster-yaml), the running cluster at --address or
 ray.address (connects, reads `ray.cluster_resources()`, disconnects), or else the local
 Ray the trainer would start (ray.num_cpus CPUs and the GPUs torch sees). Exits 1 naming
@@ -19,11 +20,16 @@ import ray
 import torch
 import yaml
 
+from actors.placement import node_resources
 from cluster.resources import (
     PlanDoesNotFit,
     check_fits,
     declared_capacity,
+    declared_nodes,
+    format_placement,
     format_plan,
+    place_bundles,
+    placement_plan,
     resource_plan,
 )
 from cluster.runtime_env import runtime_env
@@ -39,26 +45,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the config's job runtime_env as JSON (working dir: the current one) and exit")
 
 
-def _connected_capacity(address: str) -> dict[str, float]:
+def _connected_nodes(address: str) -> dict[str, dict[str, float]]:
     ray.init(address=address, log_to_driver=False)
     try:
-        return dict(ray.cluster_resources())
+        return node_resources()
     finally:
         ray.shutdown()
 
 
-def _local_capacity(cfg: Config) -> dict[str, float]:
-    return {"CPU": float(cfg.ray.num_cpus), "GPU": float(torch.cuda.device_count())}
-
-
-def _capacity(args: argparse.Namespace, cfg: Config) -> tuple[str, dict[str, float]]:
+def _nodes(args: argparse.Namespace, cfg: Config) -> tuple[str, dict[str, dict[str, float]]]:
+    """Where the capacity comes from, and each node's resources."""
     if args.cluster_yaml:
         with open(args.cluster_yaml) as handle:
-            return f"declared by {args.cluster_yaml} at max_workers", declared_capacity(yaml.safe_load(handle))
+            launcher = yaml.safe_load(handle)
+        declared_capacity(launcher)  # validates every node type
+        return f"declared by {args.cluster_yaml} at max_workers", declared_nodes(launcher)
     address = args.address or cfg.ray.address
     if address:
-        return f"Ray cluster at {address}", _connected_capacity(address)
-    return "local Ray (ray.num_cpus, visible GPUs)", _local_capacity(cfg)
+        return f"Ray cluster at {address}", _connected_nodes(address)
+    return "local Ray (ray.num_cpus, visible GPUs)", {"local": {"CPU": float(cfg.ray.num_cpus),
+                                                               "GPU": float(torch.cuda.device_count())}}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,16 +75,20 @@ def run(args: argparse.Namespace) -> int:
     plan = resource_plan(cfg)
     print(format_plan(plan))
     try:
-        source, capacity = _capacity(args, cfg)
+        source, nodes = _nodes(args, cfg)
     except (OSError, ValueError, ConnectionError) as exc:
         print(f"plan: cannot read the cluster's capacity: {exc}", file=sys.stderr)
         return 2
-    print(f"\ncapacity ({source}): {capacity.get('CPU', 0.0):g} CPU, {capacity.get('GPU', 0.0):g} GPU")
+    capacity = {key: sum(node.get(key, 0.0) for node in nodes.values()) for key in ("CPU", "GPU")}
+    print(f"\ncapacity ({source}): {capacity['CPU']:g} CPU, {capacity['GPU']:g} GPU on {len(nodes)} node(s)")
     try:
         check_fits(plan, capacity)
+        groups = placement_plan(cfg)
+        landing = place_bundles(groups, nodes)
     except (PlanDoesNotFit, ValueError) as exc:
         print(f"does not fit: {exc}", file=sys.stderr)
         return 1
+    print("\n" + format_placement(groups, landing))
     print("fits")
     return 0
 

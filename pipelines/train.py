@@ -5,8 +5,10 @@ Both modes run the one trainer loop (`mmrag.training.loop.train`) on different p
 group, rollouts running ahead of learning by at most `train.max_policy_lag` versions);
 `--mode local-reference` in this one process (in-process stages and learner, no lag), the
 yardstick the distributed mode is checked against. `--resume` continues from
-RUN_DIR/checkpoints/latest; SIGTERM (what Kubernetes and Slurm send before they reclaim a node)
-checkpoints at the next step boundary and exits 0 (`train.preemption_grace_s`). Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
+RUN_DIR/checkpoints/latest; `--resume-if-present` (train.resume=auto) does so only when there is one,
+so a job retried after its driver died resumes. RUN_DIR may be a path or s3:// / gs:// (`mmrag.storage`).
+SIGTERM (what Kubernetes and Slurm send before they reclaim a node) checkpoints at the next step
+boundary and exits 0 (`train.preemption_grace_s`). Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
 of the config; tiny `zoo:` models are built on first use. Writes RUN_DIR/metrics.jsonl,
 TensorBoard events under RUN_DIR/tensorboard, checkpoints, and the trained components under
 RUN_DIR/export.
@@ -25,9 +27,10 @@ import ray
 
 from actors.actor_classes import ActorClasses
 from actors.learner import LearnerGroup
+from actors.placement import check_placement
 from actors.stage_pools import ActorPools
 from cluster.connect import connect
-from cluster.resources import PlanDoesNotFit, check_fits, resource_plan
+from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config, ConfigError
 from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
@@ -44,6 +47,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
         if connect(cfg.ray.address, cfg.ray.num_cpus):
             cleanup.callback(ray.shutdown)
         check_fits(resource_plan(cfg), ray.cluster_resources())
+        check_placement(placement_plan(cfg))
         pools = ActorPools.launch(cfg, classes)
         cleanup.callback(pools.shutdown)
         learner = LearnerGroup(cfg, rank_class=classes.learn)
@@ -86,7 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training mode (default: train.mode from the config)")
     parser.add_argument("--steps", type=int, help="optimiser steps (default: train.steps)")
     parser.add_argument("--run-dir", help="run directory (default: train.run_dir)")
-    parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    resume.add_argument("--resume-if-present", action="store_true",
+                        help="continue from the latest checkpoint if there is one, else start fresh "
+                             "(train.resume=auto: the same command can be retried after the driver died)")
     parser.add_argument("--device", default="cpu",
                         help="local-reference mode: torch device for every model, e.g. cuda (default: cpu)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
@@ -101,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     cfg.train.mode = args.mode or cfg.train.mode
     cfg.train.steps = args.steps if args.steps is not None else cfg.train.steps
     cfg.train.run_dir = args.run_dir or cfg.train.run_dir
+    cfg.train.resume = "auto" if args.resume_if_present else cfg.train.resume
     progress = not args.no_progress
     try:
         check_training_inputs(cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -133,7 +134,8 @@ def test_plan_command_checks_the_preset_against_the_launcher_yaml(capsys):
     preset = ["--config", str(ROOT / "configs/gpu_qwen2vl.yaml"), "--cluster-yaml", str(ROOT / "ray_cluster.yaml")]
     assert _plan_command(preset) == 0
     out = capsys.readouterr().out
-    assert "192 CPU, 16 GPU" in out and out.rstrip().endswith("fits")
+    assert "192 CPU, 16 GPU on 5 node(s)" in out and out.rstrip().endswith("fits")
+    assert re.search(r"learner_workers +PACK +1 +1 +1 +1 +gpu_worker-0", out), "both ranks' bundles on one node"
     assert _plan_command(preset + ["--set", "generator.num_replicas=16"]) == 1
     assert capsys.readouterr().err.startswith("does not fit: generator_pool: needs 16 x 1 GPU, but only 15 of 16")
 

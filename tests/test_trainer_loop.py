@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+from mmrag import storage
 from mmrag.config import config_to_dict
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import LedgerUnbalanced, RolloutLedger
@@ -57,9 +58,11 @@ class CountingLearner:
         self.updates.append((self.version, roots))
         return _Pending(self, len(self.updates))
 
+    world_size = 1
+
     def save(self, directory) -> None:
-        Path(directory).mkdir(parents=True)
-        (Path(directory) / "version.json").write_text(json.dumps(self.version))
+        with storage.writing_to(directory, "rank_0") as local:  # a checkpoint is complete once its part is listed
+            (local / "version.json").write_text(json.dumps(self.version))
 
     def load(self, directory) -> None:
         self.version = json.loads((Path(directory) / "version.json").read_text())
@@ -268,7 +271,7 @@ def test_a_learner_failure_restores_the_checkpoint_and_redoes_the_steps_after_it
     learner = CountingLearner(fail_at=4)
     summary = train(tiny_config(tmp_path, "train.checkpoint_every=2", "train.steps=5"), InlinePools(pipeline),
                     learner, progress=False)
-    assert learner.restored_from == [tmp_path / "checkpoints" / "step_000002" / "learner"]
+    assert learner.restored_from == [str(tmp_path / "checkpoints" / "step_000002" / "learner")]
     assert [version for version, _ in learner.updates] == [0, 1, 2, 3, 2, 3, 4]
     # Synchronous and seeded: the redone steps roll out exactly the batches that were lost.
     lost, redone = learner.updates[2:4], learner.updates[4:6]

@@ -1,15 +1,17 @@
 """Resumable checkpoints of a training run, written atomically.
 
-RUN_DIR/checkpoints/step_NNNNNN/ holds `learner/` (the learner's own state: weights and
-optimiser, written by `Learner.save`) and `driver.pt` (this module's `DriverState`: step,
-versions, rollback point, RNG states, ledger). A checkpoint is assembled in
-`step_NNNNNN.tmp/` and renamed into place when complete; RUN_DIR/checkpoints/latest then
-names it, replaced atomically. A run killed at any moment leaves `latest` naming a complete
-checkpoint (or none), never a half-written one.
+RUN_DIR (a URI: a path, s3://, gs://; `mmrag.storage`)/checkpoints/step_NNNNNN/ holds `learner/`
+(the learner's own state: weights and optimiser, each rank uploading its part, written by
+`Learner.save`), `driver.pt` (this module's `DriverState`: step, versions, rollback point, RNG
+states, ledger) and `manifest.json`, which names every part and is written only once
+the driver sees them all. RUN_DIR/checkpoints/latest then names the checkpoint, replaced in one
+step (a rename, or one PUT). `latest_checkpoint` checks every part the manifest names, so a run
+killed at any moment, or a rank that wrote to a disk only it sees, never passes for a complete one.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmrag.atomic import atomic_directory, atomic_write_text, remove_leftovers
+from mmrag import storage
 from mmrag.training.learner import Learner
 
 
@@ -54,38 +56,79 @@ class DriverState:
         random.setstate(self.python_rng)
 
 
-def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
+def checkpoint_dir(run_dir: str | Path, step: int) -> str:
+    return storage.join(run_dir, "checkpoints", f"step_{step:06d}")
 
 
-def learner_dir(checkpoint: str | Path) -> Path:
-    """Where the learner writes its state inside one checkpoint."""
-    return Path(checkpoint) / "learner"
+def learner_dir(checkpoint: str | Path) -> str:
+    """Where the learner writes its state inside one checkpoint (each rank its part: `rank_<r>`)."""
+    return storage.join(checkpoint, "learner")
 
 
-def save_checkpoint(run_dir: str | Path, learner: Learner, state: DriverState) -> Path:
-    """Write the learner's and the driver's state as checkpoint `state.step`, then mark it the latest."""
+def learner_parts(world_size: int) -> list[str]:
+    """The parts a learner of `world_size` ranks writes into `learner_dir` (`storage.writing_to`)."""
+    return [f"rank_{rank}" for rank in range(world_size)]
+
+
+class IncompleteCheckpoint(RuntimeError):
+    """A checkpoint some of whose parts are not in the run's storage."""
+
+
+def save_checkpoint(run_dir: str | Path, learner: Learner, state: DriverState) -> str:
+    """Write the learner's and the driver's state as checkpoint `state.step`, then mark it the latest.
+
+    `run_dir` is a URI (`mmrag.storage`). Every rank uploads its own part; the driver then checks that it
+    sees every part (`learner.world_size` ranks, and its own `driver.pt`), writes `manifest.json` naming them and
+    only then replaces `latest`.
+    """
     final = checkpoint_dir(run_dir, state.step)
-    remove_leftovers(final.parent)  # of a run killed while it saved
-    # The same step may be saved again, after the learner was restored from an older one: replaced.
-    with atomic_directory(final) as staging:
-        learner.save(learner_dir(staging))
-        torch.save(asdict(state), staging / "driver.pt")
-    atomic_write_text(final.parent / "latest", final.name + "\n")
+    storage.delete_dir(final)  # the same step saved again, after the learner was restored from an older one
+    learner.save(learner_dir(final))
+    with storage.writing_to(final, "driver") as local:
+        torch.save(asdict(state), local / "driver.pt")
+    parts = {"learner": learner_parts(learner.world_size), ".": ["driver"]}
+    _raise_if_incomplete(final, parts, "was just written, but ")
+    storage.write_text(storage.join(final, "manifest.json"), json.dumps({"step": state.step, "parts": parts}))
+    storage.write_text(storage.join(run_dir, "checkpoints", "latest"), f"step_{state.step:06d}\n")
     return final
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None when it has none."""
-    marker = Path(run_dir) / "checkpoints" / "latest"
-    if not marker.is_file():
+def _raise_if_incomplete(checkpoint: str, parts: dict[str, list[str]], context: str) -> None:
+    for subdir, names in parts.items():
+        where = checkpoint if subdir == "." else storage.join(checkpoint, subdir)
+        missing = storage.missing_files(where, names)
+        if missing:
+            raise IncompleteCheckpoint(
+                f"{checkpoint}: {context}{', '.join(f'{subdir}/{m}' for m in missing[:4])} is missing; every rank "
+                f"writes its part there, so train.run_dir must be storage they all reach (NFS, s3://, gs://)")
+
+
+def latest_checkpoint(run_dir: str | Path) -> str | None:
+    """The newest complete checkpoint of a run (every part its manifest names is present), or None when none."""
+    marker = storage.join(run_dir, "checkpoints", "latest")
+    if not storage.exists(marker):
         return None
-    checkpoint = marker.parent / marker.read_text().strip()
-    if not (checkpoint / "driver.pt").is_file():
-        raise FileNotFoundError(f"{marker}: names {checkpoint}, which has no driver.pt (delete the marker "
-                                f"or point it at another step_NNNNNN directory)")
+    checkpoint = storage.join(run_dir, "checkpoints", storage.read_text(marker).strip())
+    manifest = storage.join(checkpoint, "manifest.json")
+    if not storage.exists(manifest):
+        raise IncompleteCheckpoint(f"{marker}: names {checkpoint}, which has no manifest.json (delete the marker "
+                                   f"or point it at another step_NNNNNN directory)")
+    _raise_if_incomplete(checkpoint, json.loads(storage.read_text(manifest))["parts"], "")
+    return checkpoint
+
+
+def checkpoint_to_resume(run_dir: str | Path, resume: str) -> str | None:
+    """The checkpoint a run starts from under `train.resume`: "never" none, "auto" the latest if there is one
+    (so a retried job command resumes), "required" the latest, or `FileNotFoundError` when there is none."""
+    if resume not in ("never", "auto", "required"):
+        raise ValueError(f"train.resume: expected never, auto or required, got {resume!r}")
+    checkpoint = None if resume == "never" else latest_checkpoint(run_dir)
+    if resume == "required" and checkpoint is None:
+        raise FileNotFoundError(f"--resume: no checkpoint under {storage.join(run_dir, 'checkpoints')} "
+                                f"(train.run_dir); --resume-if-present or train.resume=auto starts fresh instead")
     return checkpoint
 
 
 def load_driver_state(checkpoint: str | Path) -> DriverState:
-    return DriverState(**torch.load(Path(checkpoint) / "driver.pt", weights_only=False))
+    with storage.reading_from(checkpoint) as local:
+        return DriverState(**torch.load(local / "driver.pt", weights_only=False))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from mmrag import storage
 from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
@@ -48,18 +49,27 @@ def deepspeed_config(lr: float, world_size: int, zero_stage: int, dtype: str) ->
     }
 
 
-def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool,
-                       timeout_s: float) -> torch.device:
-    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs), whose collectives fail after
-    `timeout_s` (not NCCL's default of minutes: a dead peer must fail the survivors); the device it trains on."""
+def serve_rendezvous(world: int) -> torch.distributed.TCPStore:
+    """Rank 0's store for the process group, on a port the OS picks (`.port`): held, so no other process takes it."""
+    return torch.distributed.TCPStore("0.0.0.0", 0, world, is_master=True, wait_for_workers=False)
+
+
+def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: bool, timeout_s: float,
+                       store: torch.distributed.TCPStore | None = None) -> torch.device:
+    """Join the learners' torch process group (NCCL on GPUs, gloo on CPUs) through rank 0's store at address:port
+    (`store` on rank 0, from `serve_rendezvous`); its collectives fail after `timeout_s` (not NCCL's default of
+    minutes: a dead peer must fail the survivors). The device this rank trains on."""
     # The env:// rendezvous torchrun would set up. Ray shows each rank only its own GPU, hence LOCAL_RANK 0.
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", MASTER_ADDR=address,
                       MASTER_PORT=str(port))
     # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="nccl" if use_gpu else "gloo", auto_mpi_discovery=False, verbose=False,
-                               timeout=datetime.timedelta(seconds=timeout_s))
+    backend = "nccl" if use_gpu else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = store or torch.distributed.TCPStore(address, port, world, is_master=False, timeout=timeout)
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False, timeout=timeout)
     if not use_gpu:
         return torch.device("cpu")
     torch.cuda.set_device(0)
@@ -85,9 +95,11 @@ class LossModule(torch.nn.Module):
 class DeepSpeedRank:
     """Both components, their engines and the weights version, on one rank of the process group."""
 
-    def __init__(self, cfg: Config, rank: int, world: int, address: str, port: int):
+    def __init__(self, cfg: Config, rank: int, world: int, address: str, port: int,
+                 store: torch.distributed.TCPStore | None = None):
         self.cfg, self.rank, self.world = cfg, rank, world
-        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu, cfg.learner.call_timeout_s)
+        self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu, cfg.learner.call_timeout_s,
+                                         store)
         self.version = 0
         self.translator, self.reranker = load_trainable_components(cfg, str(self.device))
         # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
@@ -162,21 +174,25 @@ class DeepSpeedRank:
         return float(total)
 
     def save(self, directory: str | Path) -> None:
-        """Engine and optimiser states of both components (each rank writes its partition), version, RNG."""
-        for name, engine in self.engines.items():
-            engine.save_checkpoint(str(Path(directory) / name), tag="engine", exclude_frozen_parameters=True,
-                                   client_state={"version": self.version, "torch_rng": torch.get_rng_state()})
+        """Engine and optimiser states of both components, version, RNG: each rank writes its own files locally
+        and uploads them to `directory` (a storage URI) as its part `rank_<r>`."""
+        with storage.writing_to(directory, f"rank_{self.rank}") as local:
+            for name, engine in self.engines.items():
+                engine.save_checkpoint(str(local / name), tag="engine", exclude_frozen_parameters=True,
+                                       client_state={"version": self.version, "torch_rng": torch.get_rng_state()})
 
     def load(self, directory: str | Path) -> None:
-        for name, engine in self.engines.items():
-            path = Path(directory) / name
-            loaded, client_state = engine.load_checkpoint(str(path), tag="engine", load_module_strict=False)
-            if loaded is None:
-                raise FileNotFoundError(f"{path}: no DeepSpeed checkpoint tagged 'engine' for the {name}")
-            self.version = client_state["version"]
-            torch.set_rng_state(client_state["torch_rng"])
+        with storage.reading_from(directory) as local:
+            for name, engine in self.engines.items():
+                loaded, client_state = engine.load_checkpoint(str(local / name), tag="engine",
+                                                              load_module_strict=False)
+                if loaded is None:
+                    raise FileNotFoundError(f"{directory}: no DeepSpeed checkpoint tagged 'engine' for the {name}")
+                self.version = client_state["version"]
+                torch.set_rng_state(client_state["torch_rng"])
 
     def export(self, directory: str | Path) -> None:
         with self._gathered():
             if self.rank == 0:
-                save_export(directory, self.translator, self.reranker, self.version, self.cfg)
+                with storage.writing_to(directory, "export") as local:
+                    save_export(local, self.translator, self.reranker, self.version, self.cfg)

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
+from mmrag import storage
 from mmrag.config import Config
 from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.translator import QueryTranslator
@@ -93,6 +94,8 @@ class Learner(Protocol):
 
     version: int
     """Version of the current weights (0 = initial, or the loaded checkpoint's)."""
+    world_size: int
+    """Ranks, each writing its own part `rank_<r>` of a checkpoint (`mmrag.storage.writing_to`)."""
 
     def weights(self) -> Weights:
         """The current version's published weights."""
@@ -101,7 +104,7 @@ class Learner(Protocol):
         """One optimiser step per trainable component on a scored batch, under the weights of `version`."""
 
     def save(self, directory: str | Path) -> None:
-        """Model and optimiser states, version and RNG, into `directory`."""
+        """Model and optimiser states, version and RNG, into `directory` (a storage URI, `mmrag.storage`)."""
 
     def load(self, directory: str | Path) -> None:
         """Restore what `save` wrote, version included."""
@@ -176,6 +179,7 @@ class LocalLearner:
     def __init__(self, cfg: Config, translator: QueryTranslator, reranker: AdaptiveReranker):
         self.cfg, self.translator, self.reranker = cfg, translator, reranker
         self.version = 0
+        self.world_size = 1
         self.losses = loss_functions(cfg, translator, reranker)
         self.optimizers = {name: torch.optim.AdamW(params, lr=learning_rates(cfg)[name])
                            for name, params in trainable_parameters(translator, reranker).items()}
@@ -203,18 +207,19 @@ class LocalLearner:
                                              rollouts_of(roots)))
 
     def save(self, directory: str | Path) -> None:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         weights = self.weights()
-        torch.save({"version": self.version, "translator": weights.translator, "reranker": weights.reranker,
-                    "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
-                    "torch_rng": torch.get_rng_state()}, directory / "learner.pt")
+        with storage.writing_to(directory, "rank_0") as local:
+            torch.save({"version": self.version, "translator": weights.translator, "reranker": weights.reranker,
+                        "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+                        "torch_rng": torch.get_rng_state()}, local / "learner.pt")
 
     def load(self, directory: str | Path) -> None:
-        path = Path(directory) / "learner.pt"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no in-process learner checkpoint (written by LocalLearner.save)")
-        state = torch.load(path, weights_only=False)
+        with storage.reading_from(directory) as local:
+            path = local / "learner.pt"
+            if not path.is_file():
+                raise FileNotFoundError(f"{directory}: no learner.pt (an in-process learner checkpoint, written by "
+                                        f"LocalLearner.save)")
+            state = torch.load(path, weights_only=False)
         self.translator.load_trainable_state_dict(state["translator"])
         self.reranker.load_trainable_state_dict(state["reranker"])
         for name, optimizer in self.optimizers.items():
@@ -223,7 +228,8 @@ class LocalLearner:
         self.version = state["version"]
 
     def export(self, directory: str | Path) -> None:
-        save_export(directory, self.translator, self.reranker, self.version, self.cfg)
+        with storage.writing_to(directory, "export") as local:
+            save_export(local, self.translator, self.reranker, self.version, self.cfg)
 
     def restart(self, directory: str | Path | None) -> None:
         """In process nothing is lost without the driver: restarting is loading a checkpoint."""

@@ -28,17 +28,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from mmrag import storage
 from mmrag.config import Config
 from mmrag.data.dataset import Question, load_questions
 from mmrag.training.accounting import RolloutLedger
-from mmrag.training.checkpoint import (DriverState, latest_checkpoint, learner_dir, load_driver_state,
-                                       save_checkpoint)
+from mmrag.training.checkpoint import (DriverState, checkpoint_to_resume, latest_checkpoint, learner_dir,
+                                       load_driver_state, save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.metrics_log import MetricsLog, read_metrics
 from mmrag.training.model_card import write_model_card
 from mmrag.training.rollouts import Experience, Rollouts
-from mmrag.training.run import QuestionCursor, prepare_run_dir, rollout_metrics
+from mmrag.training.run import RUN_FILES, QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
 from mmrag.training.streaming import RolloutStream, StagePools
 from mmrag.training.trackers import open_trackers, rollout_sample
@@ -108,9 +109,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     ledger = RolloutLedger()
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     run = TrainingRun(cfg, Rollouts(cfg, stream, cursor, ledger), ledger)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if resume and checkpoint is None:
-        raise FileNotFoundError(f"--resume: no checkpoint under {run_dir / 'checkpoints'} (train.run_dir)")
+    checkpoint = checkpoint_to_resume(cfg.train.run_dir, "required" if resume else cfg.train.resume)
     if checkpoint is not None:
         _resume(run, learner, checkpoint, run_dir)
     else:
@@ -123,6 +122,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
         preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
+        storage.mirror_up(run_dir, cfg.train.run_dir, RUN_FILES)
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
             "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned),
@@ -139,11 +139,12 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     while True:
         try:
             if run.step == cfg.train.steps:
-                learner.export(run_dir / "export")
-                write_model_card(run_dir / "export", cfg, run.evaluations)
+                export = storage.join(cfg.train.run_dir, "export")
+                learner.export(export)
+                write_model_card(export, cfg, run.evaluations)
                 break
             if stop is not None and stop.is_set():
-                _checkpoint(run, learner, run_dir)
+                _checkpoint_once(run, learner, run_dir)
                 log.warning("stopped at step %d (SIGTERM): checkpointed; --resume continues", run.step)
                 bar.close()
                 return True
@@ -157,10 +158,16 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
 
 
 def _checkpoint(run: TrainingRun, learner: Learner, run_dir: Path) -> None:
+    """Save this step (into the run's storage, `train.run_dir`) and mirror the run's files there."""
+    save_checkpoint(run.cfg.train.run_dir, learner, run.driver_state(learner.version))
+    storage.mirror_up(run_dir, run.cfg.train.run_dir, RUN_FILES)
+
+
+def _checkpoint_once(run: TrainingRun, learner: Learner, run_dir: Path) -> None:
     """Save this step unless it is saved already (the latest checkpoint is the step's)."""
-    latest = latest_checkpoint(run_dir)
+    latest = latest_checkpoint(run.cfg.train.run_dir)
     if latest is None or load_driver_state(latest).step != run.step:
-        save_checkpoint(run_dir, learner, run.driver_state(learner.version))
+        _checkpoint(run, learner, run_dir)
 
 
 def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
@@ -184,7 +191,7 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
     final = run.step == cfg.train.steps
     if (cfg.train.checkpoint_every and run.step % cfg.train.checkpoint_every == 0) or final:
-        save_checkpoint(run_dir, learner, run.driver_state(learner.version))
+        _checkpoint(run, learner, run_dir)
     run.restores_in_a_row = 0
     if run.step % cfg.train.eval_every == 0 or final:
         run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step, cfg.trackers.rollout_samples)
@@ -206,7 +213,7 @@ def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate
     return record
 
 
-def _resume(run: TrainingRun, learner: Learner, checkpoint: Path, run_dir: Path) -> None:
+def _resume(run: TrainingRun, learner: Learner, checkpoint: str, run_dir: Path) -> None:
     state = load_driver_state(checkpoint)
     learner.load(learner_dir(checkpoint))
     run.restore(state)
@@ -230,7 +237,7 @@ def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_
             raise LearnerGaveUp(f"the learner failed {run.restores_in_a_row} times in a row without completing a "
                                 f"step (learner.max_restores = {run.cfg.learner.max_restores}); the last "
                                 f"failure: {error}") from error
-        checkpoint = latest_checkpoint(run_dir)
+        checkpoint = latest_checkpoint(run.cfg.train.run_dir)
         log.warning("learner %s at step %d (%s); restore %d of at most %d, from %s",
                     "lost a rank" if error.lost else "code raised", run.step + 1, error, run.restores_in_a_row,
                     run.cfg.learner.max_restores, checkpoint or "its initial weights")

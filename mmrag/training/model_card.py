@@ -9,23 +9,22 @@ metrics before and after training, and how to load the export.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import yaml
 
+from mmrag import storage
 from mmrag.config import Config
 
 CARD = "README.md"
 
 
-def write_model_card(export_dir: str | Path, cfg: Config, evaluations: dict[int, dict[str, float]]) -> Path:
-    """Write README.md into `export_dir` (temp file, then renamed: never half-written); its path."""
-    path = Path(export_dir) / CARD
-    staging = path.with_name(f".{CARD}.writing")
-    staging.write_text(model_card(cfg, evaluations))
-    os.replace(staging, path)
-    return path
+def write_model_card(export_dir: str | Path, cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:
+    """Write README.md into `export_dir` (a path or URI, `mmrag.storage`: replaced whole, never half-written);
+    its URI."""
+    uri = storage.join(export_dir, CARD)
+    storage.write_text(uri, model_card(cfg, evaluations))
+    return uri
 
 
 def model_card(cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:

@@ -3,7 +3,8 @@
 `QuestionCursor` walks the training questions in resumable shuffled passes; `score_trees` is
 reward backpropagation on a rolled-out batch (optional reward-shuffle control, node values,
 sibling advantages); `rollout_metrics` summarises a batch for the run's record;
-`prepare_run_dir` writes the run's config beside its metrics.
+`prepare_run_dir` writes the run's config beside its metrics (in the driver's working copy of
+`train.run_dir`, which is uploaded with every checkpoint when the run directory is remote).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import random
 import statistics
 from pathlib import Path
 
+from mmrag import storage
 from mmrag.config import Config, config_to_dict
 from mmrag.data.dataset import Question
 from mmrag.rl.rollout import Node, backprop_values, compute_advantages, leaves, nodes_at, shuffle_leaf_rewards
@@ -67,9 +69,15 @@ def rollout_metrics(roots: list[Node]) -> dict[str, float]:
     }
 
 
+RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard")
+"""What the driver writes in its working copy of the run directory and uploads with every checkpoint."""
+
+
 def prepare_run_dir(cfg: Config) -> Path:
-    """Create the run directory and write the config the run uses into it."""
-    run_dir = Path(cfg.train.run_dir)
+    """The driver's working copy of the run directory (`train.run_dir` itself when local, `mmrag.storage`),
+    holding what the run's storage has of `RUN_FILES`, with the config the run uses written into it."""
+    run_dir = storage.local_mirror(cfg.train.run_dir)
+    storage.mirror_down(cfg.train.run_dir, run_dir, RUN_FILES)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(config_to_dict(cfg), indent=2))
     return run_dir
