@@ -23,8 +23,7 @@ import numpy as np
 
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import Config, GeneratorConfig, TranslatorConfig
-from mmrag.data.dataset import SPLITS, load_kb, load_questions
-from mmrag.data.question_kinds import KINDS, VISUAL
+from mmrag.data.dataset import KINDS, SPLITS, VISUAL, load_kb, load_questions
 from mmrag.data.synth import generate_dataset
 from mmrag.model_refs import ensure_built, resolve
 from mmrag.models.clip_encoder import ClipEncoder

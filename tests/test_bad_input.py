@@ -51,7 +51,7 @@ def test_a_config_error_names_the_key_in_one_line_and_exits_2(capsys):
     assert exit_info.value.code == 2
     error = one_error_line(capsys)
     assert error.startswith("config error: ") and error.endswith("data.nope: unknown key (valid keys here: dir, "
-                                                                 "entities, seed, image_size)")
+                                                                 "world, entities, seed, image_size)")
 
 
 @pytest.mark.parametrize("argv, names", [

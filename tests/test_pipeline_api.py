@@ -111,8 +111,8 @@ def test_the_model_card_names_base_models_data_config_and_held_out_metrics(expor
     from mmrag.training.model_card import write_model_card
 
     cfg, _, _ = exported
-    card = write_model_card(tmp_path, cfg, {0: {"reward_mean": 0.125, "recall_at_k": 0.5},
-                                            4: {"reward_mean": 0.375, "recall_at_k": 0.75}}).read_text()
+    card = Path(write_model_card(tmp_path, cfg, {0: {"reward_mean": 0.125, "recall_at_k": 0.5},
+                                                 4: {"reward_mean": 0.375, "recall_at_k": 0.75}})).read_text()
     assert card.startswith("---\nlibrary_name: mmrag\n")
     assert "| reward_mean | 0.1250 | 0.3750 |" in card and "| recall_at_k | 0.5000 | 0.7500 |" in card
     assert "| metric | step 0 | step 4 |" in card

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from mmrag.data.dataset import SPLITS, DatasetError, load_kb, load_questions
-from mmrag.data.question_kinds import KINDS, ONE_FACT, TWO_FACT, UNKNOWN_KIND, VISUAL, demand_of, question_texts
+from mmrag.data.dataset import KINDS, ONE_FACT, SPLITS, TWO_FACT, UNKNOWN_KIND, VISUAL, DatasetError, load_kb, load_questions
+from mmrag.data.question_kinds import demand_of, question_texts
 from mmrag.data.synth import generate_dataset, make_world
 from mmrag.data.synth_v2 import make_world_v2
 from mmrag.data.wording import ATTRIBUTES, KB_WORDING

@@ -25,7 +25,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from mmrag.data.question_kinds import KINDS, UNKNOWN_KIND
+VISUAL, ONE_FACT, TWO_FACT = "visual", "one-fact", "two-fact"
+KINDS = (VISUAL, ONE_FACT, TWO_FACT)
+"""A question's knowledge demand (`kind` column; how each is asked: `mmrag.data.question_kinds`)."""
+UNKNOWN_KIND = "unknown"
+"""The kind of a question whose data does not record one (v1 synthetic data, converted benchmarks)."""
+
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -47,7 +52,7 @@ QUESTION_SCHEMA = pa.schema([
     pa.field("gold_doc_ids", pa.list_(pa.string())),
 ])
 KIND_FIELD = pa.field("kind", pa.string())
-"""Optional last column of a questions file (`mmrag.data.question_kinds.KINDS`)."""
+"""Optional last column of a questions file (`KINDS`)."""
 KB_REQUIRED = ("doc_id", "text")
 QUESTION_REQUIRED = ("id", "image", "question", "answers")
 

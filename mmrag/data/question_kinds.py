@@ -15,12 +15,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from mmrag.data.dataset import ONE_FACT, TWO_FACT, UNKNOWN_KIND, VISUAL
 from mmrag.data.world import RELATIONS
 
-VISUAL, ONE_FACT, TWO_FACT = "visual", "one-fact", "two-fact"
-KINDS = (VISUAL, ONE_FACT, TWO_FACT)
-UNKNOWN_KIND = "unknown"
-"""The kind of a question whose data does not record one (v1 synthetic data, converted benchmarks)."""
 TWO_FACT_JOINER = " and "
 
 VISUAL_TEMPLATES = {

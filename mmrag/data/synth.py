@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from mmrag.data.dataset import SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
+from mmrag.data.dataset import KINDS, SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
 from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
-from mmrag.data.question_kinds import KINDS
 from mmrag.data.synth_v2 import make_world_v2
 from mmrag.data.world import RELATIONS, Entity, Relation, World, assign_splits, draw_entities
 

@@ -20,13 +20,10 @@ import random
 import numpy as np
 from tqdm import tqdm
 
-from mmrag.data.dataset import SPLITS, Doc, Question
+from mmrag.data.dataset import ONE_FACT, SPLITS, TWO_FACT, VISUAL, Doc, Question
 from mmrag.data.question_kinds import (
-    ONE_FACT,
     ONE_FACT_TEMPLATES,
-    TWO_FACT,
     TWO_FACT_TEMPLATES,
-    VISUAL,
     VISUAL_TEMPLATES,
     question_texts,
     two_fact_answer,
