@@ -125,6 +125,12 @@ class TranslatorConfig:
     """HF id, local path or `zoo:NAME` of the LVLM that writes search queries."""
     prompt_template: str = "{question} Search query:"
     """User prompt; `{question}` is replaced by the question."""
+    query_template: str = "{response} {question}"
+    """The search query built from the LVLM's response: `{response}` is what the LVLM writes (what DPO trains),
+    `{question}` the question lower-cased without its trailing "?". "{response}" makes the response the query."""
+    train_vision_tower: bool = False
+    """Fine-tune the LVLM's vision tower too (full fine-tuning only; LoRA never adapts it). Off by default: DPO on
+    query rewards alone made the tiny translator lose its eye (measured, see benchmarks/RESULTS.md)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapter."""
     num_samples: int = 4
