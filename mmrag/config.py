@@ -139,8 +139,8 @@ class TranslatorConfig:
     """Sampling temperature during training."""
     max_new_tokens: int = 16
     """Longest query, in tokens."""
-    lr: float = 3e-4
-    """Learning rate."""
+    lr: float = 3e-5
+    """Learning rate. At 3e-4 DPO's full fine-tuning of the tiny translator lost 0.10 val reward in 10 steps."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype (bf16 on GPU presets)."""
     num_gpus: float = 0.0
@@ -173,8 +173,8 @@ class RerankerConfig:
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0
     """Plackett-Luce sampling temperature during training."""
-    lr: float = 3e-3
-    """Learning rate."""
+    lr: float = 3e-4
+    """Learning rate. At 3e-3 the head overrode retrieval order within 50 steps (val 0.695 -> 0.562)."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""
     num_replicas: int = 1
