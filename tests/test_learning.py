@@ -27,7 +27,7 @@ def local_task(tmp_path_factory, zoo_dir):
     root = tmp_path_factory.mktemp("learning")
     overrides = [f"data.dir={root / 'data'}", f"index.dir={root / 'index'}", f"zoo.cache_dir={zoo_dir}",
                  "data.entities=60", f"train.steps={STEPS}", f"train.eval_every={STEPS}",
-                 "train.eval_questions=48", "translator.query_template={response}", "translator.lr=3e-4",
+                 "train.eval_questions=48", 'translator.query_template="{response}"', "translator.lr=3e-4",
                  "reranker.lr=3e-3", "translator.train_vision_tower=true"]
     cfg = load_config(ROOT / "configs/local.yaml", overrides)
     generate_dataset(cfg.data.dir, cfg.data.entities, cfg.data.seed, cfg.data.image_size)
