@@ -128,7 +128,8 @@ def tiny_lvlm_path(zoo_dir) -> str:
 @pytest.fixture(scope="module")
 def trained_lora_translator(tiny_lvlm_path, zoo_dir) -> QueryTranslator:
     """A LoRA translator whose adapters moved off zero: policy and reference (the bare base) differ."""
-    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8, lora=LoraConfig(enabled=True, rank=4, alpha=8))
+    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8, lora=LoraConfig(enabled=True, rank=4, alpha=8),
+                           query_template="{response}")
     translator = QueryTranslator.from_config(cfg, zoo_dir)
     generator = torch.Generator().manual_seed(0)
     translator.load_trainable_state_dict({name: t + 0.3 * torch.randn(t.shape, generator=generator)
@@ -177,7 +178,7 @@ def test_translator_dpo_loss_and_stats_by_hand(trained_lora_translator, tiny_lvl
 
 def test_dpo_starts_at_log_two_with_zero_margin(tiny_lvlm_path, zoo_dir):
     """Policy = reference at the start: every pair's DPO loss is -log sigmoid(0) = log 2."""
-    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8)
+    cfg = TranslatorConfig(model=tiny_lvlm_path, max_new_tokens=8, query_template="{response}")
     translator = QueryTranslator.from_config(cfg, zoo_dir)
     local = translator_loss(translator, [translator_tree([("red circle", 1.0), ("navy", 0.0)])], TrainConfig())
     assert local.loss.item() == pytest.approx(math.log(2.0), abs=1e-5)

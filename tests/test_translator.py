@@ -15,7 +15,7 @@ from PIL import Image
 
 from mmrag.config import LoraConfig, TranslatorConfig
 from mmrag.models import lvlm
-from mmrag.models.translator import QueryTranslator
+from mmrag.models.translator import QueryTemplate, QueryTranslator
 from mmrag.training.stages import QuestionTable
 
 QUESTIONS = ["When was this built?", "Who was the architect of this?"]
@@ -34,8 +34,10 @@ def tiny_lvlm_path(zoo_dir) -> str:
 
 
 def make_config(model: str, lora: bool = False) -> TranslatorConfig:
+    """The LVLM's response is the query (`{response}`), so hand-written queries score as responses."""
     return TranslatorConfig(
-        model=model, max_new_tokens=8, num_samples=3, lora=LoraConfig(enabled=lora, rank=4, alpha=8)
+        model=model, max_new_tokens=8, num_samples=3, lora=LoraConfig(enabled=lora, rank=4, alpha=8),
+        query_template="{response}",
     )
 
 
@@ -167,7 +169,8 @@ def test_lora_trains_only_adapter_and_starts_at_reference(tiny_lvlm_path, zoo_di
 def test_full_model_reference_copy_is_frozen(tiny_lvlm_path, zoo_dir, images):
     translator = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir)
     assert not any(p.requires_grad for p in translator._reference.parameters())
-    assert len(translator.trainable_parameters()) == len(list(translator.model.parameters()))
+    outside_vision = [p for name, p in translator.model.named_parameters() if ".visual." not in name]
+    assert len(translator.trainable_parameters()) == len(outside_vision)
     queries = ["dotted star", "plain heart on teal"]
     reference = translator.reference_logprobs(images, QUESTIONS, queries)
     assert torch.allclose(translator.logprobs(images, QUESTIONS, queries).detach(), reference, atol=1e-5)
@@ -226,6 +229,48 @@ def test_export_reload_gives_identical_greedy_queries(tiny_lvlm_path, zoo_dir, i
         assert torch.allclose(
             reloaded.logprobs(images, QUESTIONS, queries), translator.logprobs(images, QUESTIONS, queries), atol=1e-5
         )
+
+
+def test_default_query_is_the_response_then_the_question_and_only_the_response_is_scored(tiny_lvlm_path, zoo_dir,
+                                                                                        images):
+    translator = QueryTranslator.from_config(dataclasses.replace(make_config(tiny_lvlm_path),
+                                                                 query_template=TranslatorConfig().query_template),
+                                             zoo_dir)
+    responses = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir).greedy(images, QUESTIONS)
+    queries = translator.greedy(images, QUESTIONS)
+    assert queries == [f"{responses[0]} when was this built", f"{responses[1]} who was the architect of this"]
+    with torch.no_grad():
+        scored = translator.logprobs(images, QUESTIONS, queries)
+        alone = lvlm.sequence_logprobs(translator.model, translator.processor, images, translator.prompts(QUESTIONS),
+                                       responses, 1.0, 8)
+    assert torch.allclose(scored, alone, atol=1e-5)
+    torch.manual_seed(3)
+    sampled = translator.sample(images, QUESTIONS, n=2)
+    assert all(s.text.endswith(" when was this built") for s in sampled[0])
+
+
+def test_query_template_round_trip_and_a_foreign_query_is_named():
+    template = QueryTemplate("find: {response} | {question}")
+    query = template.query("red circle", "Who built this? ")
+    assert query == "find: red circle | who built this"
+    assert template.response(query, "Who built this?") == "red circle"
+    with pytest.raises(ValueError, match="translator.query_template.*'red circle'"):
+        template.response("red circle", "Who built this?")
+    with pytest.raises(ValueError, match=r"translator.query_template.*\{response\} exactly once"):
+        QueryTemplate("{question}")
+
+
+def test_an_update_leaves_the_frozen_vision_tower_unchanged(tiny_lvlm_path, zoo_dir, images):
+    translator = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir)
+    before = {name: p.detach().clone() for name, p in translator.model.named_parameters()}
+    assert any(".visual." in name for name in before)
+    one_policy_step(translator, images, ["dotted star", "plain heart on teal"])
+    after = dict(translator.model.named_parameters())
+    assert all(torch.equal(after[name], before[name]) for name in before if ".visual." in name)
+    assert any(not torch.equal(after[name], before[name]) for name in before if ".visual." not in name)
+    unfrozen = QueryTranslator.from_config(dataclasses.replace(make_config(tiny_lvlm_path), train_vision_tower=True),
+                                           zoo_dir)
+    assert len(unfrozen.trainable_parameters()) == len(list(unfrozen.model.parameters()))
 
 
 def test_prompt_template_without_question_is_rejected(tiny_lvlm_path, zoo_dir):

@@ -8,6 +8,13 @@ a query as the sampler draws it (at most `max_new_tokens`, a forced end of turn 
 nothing). The policy is an LVLM, optionally with a PEFT LoRA adapter;
 `trainable_state_dict` / `load_trainable_state_dict` carry only what training changes
 between the learner and the sampling replicas.
+
+The search query is the LVLM's response placed in `translator.query_template` (by default
+the response followed by the question, lower-cased: what a practitioner's first pipeline
+sends, "caption + question"). Only the response is generated, scored and trained; `logprobs`
+takes the queries back apart. By default the vision tower stays frozen
+(`translator.train_vision_tower`): trained on query rewards alone it forgot how to read
+the picture.
 """
 
 from __future__ import annotations
@@ -50,6 +57,54 @@ def _add_lora(model, lora: LoraConfig):
     return peft.get_peft_model(model, adapter)
 
 
+VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
+"""Submodule names of an LVLM's image encoder (Qwen2-VL, LLaVA, Idefics/SigLIP families)."""
+
+
+def freeze_vision_tower(model) -> int:
+    """Stop gradients to the LVLM's vision tower; returns how many parameter tensors were frozen."""
+    frozen = 0
+    for name, param in model.named_parameters():
+        if any(part in VISION_TOWER_NAMES for part in name.split(".")):
+            param.requires_grad_(False)
+            frozen += 1
+    if not frozen:
+        raise ValueError(f"translator.train_vision_tower: false, but the model has no submodule named one of "
+                         f"{VISION_TOWER_NAMES} to freeze; set it to true for this model")
+    return frozen
+
+
+def question_in_query(question: str) -> str:
+    """The question as the query template's `{question}` writes it: lower-cased, without its trailing "?"."""
+    return question.strip().lower().rstrip("?").rstrip()
+
+
+class QueryTemplate:
+    """`translator.query_template`: response -> search query, and back."""
+
+    def __init__(self, template: str):
+        if template.count("{response}") != 1:
+            raise ValueError(f"translator.query_template: expected the placeholder {{response}} exactly once, "
+                             f"got {template!r}")
+        self.prefix, self.suffix = template.split("{response}")
+
+    def _parts(self, question: str) -> tuple[str, str]:
+        asked = question_in_query(question)
+        return self.prefix.replace("{question}", asked), self.suffix.replace("{question}", asked)
+
+    def query(self, response: str, question: str) -> str:
+        prefix, suffix = self._parts(question)
+        return f"{prefix}{response}{suffix}"
+
+    def response(self, query: str, question: str) -> str:
+        """The response a query was built from (the inverse of `query`)."""
+        prefix, suffix = self._parts(question)
+        if not (query.startswith(prefix) and query.endswith(suffix) and len(query) >= len(prefix) + len(suffix)):
+            raise ValueError(f"translator.query_template: query {query!r} was not built by this template "
+                             f"({self.prefix + '{response}' + self.suffix!r}) for question {question!r}")
+        return query[len(prefix):len(query) - len(suffix)]
+
+
 def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
     """(model, processor, trained_adapter); an `export` directory with a LoRA adapter loads base + adapter.
 
@@ -83,12 +138,15 @@ class QueryTranslator:
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
+        self.query_template = QueryTemplate(cfg.query_template)
         from peft import PeftModel  # late, as in _add_lora: seconds to import
 
         self.uses_lora = isinstance(model, PeftModel)
         if not self.uses_lora:
-            # Every weight trains (a merged export comes back frozen from PEFT).
+            # Every weight trains (a merged export comes back frozen from PEFT), the vision tower if asked.
             model.requires_grad_(True)
+            if not cfg.train_vision_tower:
+                freeze_vision_tower(model)
         if self.uses_lora and not trained_adapter:
             self._reference = None
         else:
@@ -127,7 +185,8 @@ class QueryTranslator:
             temperature=temperature,
             num_return_sequences=n,
         )
-        samples = [QuerySample(text, float(lp)) for text, lp in zip(texts, logprobs.tolist())]
+        queries = self.queries([q for q in questions for _ in range(n)], texts)
+        samples = [QuerySample(query, float(lp)) for query, lp in zip(queries, logprobs.tolist())]
         return [samples[i * n : (i + 1) * n] for i in range(len(questions))]
 
     def greedy(self, images: list[Image.Image], questions: list[str]) -> list[str]:
@@ -140,7 +199,15 @@ class QueryTranslator:
             max_new_tokens=self.cfg.max_new_tokens,
             do_sample=False,
         )
-        return [decode_response(self.processor, ids) for ids in generated.token_ids]
+        return self.queries(questions, [decode_response(self.processor, ids) for ids in generated.token_ids])
+
+    def queries(self, questions: list[str], responses: list[str]) -> list[str]:
+        """The search query of each (question, LVLM response), by `translator.query_template`."""
+        return [self.query_template.query(response, q) for q, response in zip(questions, responses)]
+
+    def responses(self, questions: list[str], queries: list[str]) -> list[str]:
+        """The LVLM response each query was built from: what the log-probs score."""
+        return [self.query_template.response(query, q) for q, query in zip(questions, queries)]
 
     def logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
@@ -148,8 +215,8 @@ class QueryTranslator:
         """Policy log-prob of each query given (image, question), as `sample` draws it; differentiable."""
         self.model.train()
         try:
-            return sequence_logprobs(self.model, self.processor, images, self.prompts(questions), queries, temperature,
-                                     self.cfg.max_new_tokens)
+            return sequence_logprobs(self.model, self.processor, images, self.prompts(questions),
+                                     self.responses(questions, queries), temperature, self.cfg.max_new_tokens)
         finally:
             self.model.eval()
 
@@ -163,8 +230,8 @@ class QueryTranslator:
         else:
             model, scope = self._reference, contextlib.nullcontext()
         with scope:
-            return sequence_logprobs(model, self.processor, images, self.prompts(questions), queries, temperature,
-                                     self.cfg.max_new_tokens)
+            return sequence_logprobs(model, self.processor, images, self.prompts(questions),
+                                     self.responses(questions, queries), temperature, self.cfg.max_new_tokens)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What the learner's optimiser updates (the adapter with LoRA, every weight otherwise)."""
