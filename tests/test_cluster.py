@@ -249,7 +249,8 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
         assert done.returncode == 0 and "Job 'cluster-test' succeeded" in done.stdout, logs
         plan_output = plan.communicate(timeout=120)[0]
         assert plan.returncode == 0, plan_output
-        assert f"capacity (Ray cluster at {head.gcs_address}): 8 CPU, 0 GPU\nfits" in plan_output
+        assert f"capacity (Ray cluster at {head.gcs_address}): 8 CPU, 0 GPU on " in plan_output
+        assert plan_output.rstrip().endswith("\nfits"), plan_output
     finally:
         head.stop()
     records = read_metrics(run_dir)

@@ -22,7 +22,8 @@ COMPARED = ("setting", "id", "query", "answer", "selected", "reward")
 def run(tmp_path_factory, synth_dir, zoo_dir) -> dict:
     """Index the shared 24-entity set with random tiny models and train one step."""
     root = tmp_path_factory.mktemp("eval_run")
-    flags = ["--set", f"data.dir={synth_dir}", "--set", f"index.dir={root / 'index'}", "--set",
+    # World v1 (the shared dataset's) and its extractive reader: the settings' figures below are that reader's.
+    flags = ["--config", "local-v1", "--set", f"data.dir={synth_dir}", "--set", f"index.dir={root / 'index'}", "--set",
              f"zoo.cache_dir={zoo_dir}", "--set", "encoder.pretrained=zoo:tiny-clip-init", "--set",
              "reranker.backbone_pretrained=zoo:tiny-clip-init", "--set", "translator.model=zoo:tiny-lvlm",
              "--set", "translator.max_new_tokens=6"]

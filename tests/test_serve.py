@@ -574,8 +574,7 @@ def chat_body(image_url: str, text: str, **fields) -> dict:
 
 def test_replicas_start_with_the_offline_switches_in_their_environment(endpoint):
     """Set when the process starts (its runtime_env), not after it has imported transformers: /proc shows the
-    environment a process began with. HF_HUB_DISABLE_PROGRESS_BARS is one the test process does not have."""
-    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
+    environment a process began with."""
     start_env = dict(item.split("=", 1) for item in
                      Path(f"/proc/{replica_pid(GROUP)}/environ").read_text().split("\0") if "=" in item)
     assert {key: start_env.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",

@@ -118,8 +118,10 @@ class DeepSpeedRank:
             for name in COMPONENTS
         }
 
-    def _gathered(self):
-        """ZeRO-3 partitions weights across ranks: gather them (a collective) before reading them whole."""
+    def _gathered(self, whole_modules: bool = False):
+        """ZeRO-3 partitions weights across ranks: gather them (a collective) before reading them whole; the
+        trainable ones, or with `whole_modules` every weight of the engines' modules (frozen ones too, e.g. the
+        translator's frozen vision tower, which ZeRO-3 partitions with the module it sits in)."""
         if self.cfg.learner.zero_stage != 3:
             return contextlib.nullcontext()
         for engine in self.engines.values():
@@ -127,6 +129,9 @@ class DeepSpeedRank:
         # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
         import deepspeed
 
+        if whole_modules:
+            return deepspeed.zero.GatheredParameters([p for engine in self.engines.values()
+                                                      for p in engine.module.parameters()])
         return deepspeed.zero.GatheredParameters([p for params in self.trainable.values() for p in params])
 
     def publish(self) -> TrainableWeights | None:
@@ -192,7 +197,7 @@ class DeepSpeedRank:
                 torch.set_rng_state(client_state["torch_rng"])
 
     def export(self, directory: str | Path) -> None:
-        with self._gathered():
+        with self._gathered(whole_modules=True):
             if self.rank == 0:
                 with storage.writing_to(directory, "export") as local:
                     save_export(local, self.translator, self.reranker, self.version, self.cfg)
