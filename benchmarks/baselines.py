@@ -21,6 +21,7 @@ from benchmarks.results import machine, markdown_table, portable_overrides, publ
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import best_fixed, fixed_baselines
+from mmrag.presets import resolve_config
 from mmrag.training.pipeline import LocalPipeline
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "baselines.json"
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--print-only", action="store_true", help="print only; write neither JSON nor RESULTS.md")
     args = parser.parse_args()
     try:
-        cfg = load_config(args.config, args.set)
+        cfg = load_config(resolve_config(args.config), args.set)
     except ConfigError as exc:
         sys.exit(f"baselines: {exc}")
     started = time.perf_counter()

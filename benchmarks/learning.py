@@ -51,6 +51,7 @@ from benchmarks.learning_report import (Spread, mean_curves, plot_curves, result
 from benchmarks.results import portable_assignment, publish
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import questions_file
+from mmrag.presets import resolve_config
 from mmrag.training.evaluate import held_out_sample
 from mmrag.training.metrics_log import read_metrics
 
@@ -276,7 +277,8 @@ def report(args: argparse.Namespace, records: list[dict], baselines: list[dict],
         f"## Learning on the test split, {len(args.seeds)} seed(s) ({datetime.date.today()})\n\n"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
         f"each; whole benchmark {wall_minutes:.0f} min. Config {args.config} {' '.join(args.portable_sets)}; "
-        f"{args.steps} steps of {load_config(args.config, args.set).train.questions_per_step} questions; "
+        f"{args.steps} steps of {load_config(resolve_config(args.config), args.set).train.questions_per_step} "
+        "questions; "
         f"seeds {', '.join(map(str, args.seeds))} (train.seed: initialisation, sampling, data order; the data "
         f"are the same for every run). Every figure is greedy exact-match reward on the test split "
         f"({count_text}), mean ± sample std over seeds; gain = trained - the same seed's untrained pipeline. "
@@ -315,7 +317,7 @@ def main() -> None:
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     try:
-        cfg = load_config(args.config, args.set)
+        cfg = load_config(resolve_config(args.config), args.set)
     except ConfigError as exc:
         sys.exit(f"learning: {exc}")
     args.out = args.out.resolve()

@@ -60,8 +60,9 @@ from actors.serving.app import pipeline_app, replica_pids
 from benchmarks.results import machine, markdown_table, portable_assignment, portable_overrides, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
-from mmrag.training.pipeline import LocalPipeline
+from mmrag.presets import resolve_config
 from mmrag.training.evaluate import greedy_batch
+from mmrag.training.pipeline import LocalPipeline
 from pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
@@ -211,7 +212,7 @@ def deploy(args: argparse.Namespace, overrides: list[str], server: subprocess.Po
         stop_server(server)
     if APP in serve.status().applications:
         serve.delete(APP)
-    cfg = load_config(args.config, [*args.overrides, *overrides])
+    cfg = load_config(resolve_config(args.config), [*args.overrides, *overrides])
     if behind_proxy:
         serve.run(pipeline_app(cfg, args.checkpoint), name=APP, route_prefix="/")
         return None
