@@ -18,13 +18,12 @@ import random
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from mmrag.data.dataset import KINDS, SCHEMA_VERSION, SPLITS, Doc, Question, write_kb, write_questions
 from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
 from mmrag.data.synth_v2 import make_world_v2
-from mmrag.data.world import RELATIONS, Entity, Relation, World, assign_splits, draw_entities
+from mmrag.data.world import RELATIONS, Entity, Relation, World, build_world, draw_entities
 
 __all__ = ["RELATIONS", "Relation", "World", "WORLDS", "make_world", "generate_dataset"]
 
@@ -40,17 +39,7 @@ DISTRACTOR_TEMPLATES = (
 
 def make_world(num_entities: int, seed: int, image_size: int = 64, progress: bool = False) -> World:
     """Entities, KB docs and per-split questions, rendered at `image_size` pixels."""
-    if image_size < 16:
-        raise ValueError(f"image_size: expected at least 16 pixels, got {image_size}")
-    rng = random.Random(seed)
-    entities = draw_entities(num_entities, rng)
-    split_of = assign_splits(entities, rng)
-    docs: list[Doc] = []
-    questions: dict[str, list[Question]] = {split: [] for split in SPLITS}
-    for entity in tqdm(entities, desc="rendering entities", unit="entity", disable=not progress):
-        passage_ids = _add_entity_docs(entity, image_size, rng, docs)
-        questions[split_of[entity.entity_id]].extend(_entity_questions(entity, passage_ids, image_size, rng))
-    return World(entities, docs, questions, split_of)
+    return build_world(num_entities, seed, image_size, draw_entities, _add_entity_docs, _entity_questions, progress)
 
 
 def _add_entity_docs(entity: Entity, image_size: int, rng: random.Random, docs: list[Doc]) -> dict[str, str]:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from tqdm import tqdm
 
-from mmrag.data.dataset import ONE_FACT, SPLITS, TWO_FACT, VISUAL, Doc, Question
+from mmrag.data.dataset import ONE_FACT, TWO_FACT, VISUAL, Doc, Question
 from mmrag.data.question_kinds import (
     ONE_FACT_TEMPLATES,
     TWO_FACT_TEMPLATES,
@@ -31,7 +30,7 @@ from mmrag.data.question_kinds import (
 )
 from mmrag.data.render import render_entity
 from mmrag.data.wording import CAPTIONER_WORDING, GENERIC_WORDING, KB_WORDING
-from mmrag.data.world import RELATIONS, Entity, World, assign_splits, draw_entities
+from mmrag.data.world import RELATIONS, Entity, World, build_world, draw_entities
 
 FAMILY_SIZES = (3, 4)
 VISUAL_PER_ENTITY = 3
@@ -53,17 +52,7 @@ def draw_entities_v2(num_entities: int, rng: random.Random) -> list[Entity]:
 
 def make_world_v2(num_entities: int, seed: int, image_size: int = 64, progress: bool = False) -> World:
     """Entities, KB docs and per-split questions of world v2, rendered at `image_size` pixels."""
-    if image_size < 16:
-        raise ValueError(f"image_size: expected at least 16 pixels, got {image_size}")
-    rng = random.Random(seed)
-    entities = draw_entities_v2(num_entities, rng)
-    split_of = assign_splits(entities, rng)
-    docs: list[Doc] = []
-    questions: dict[str, list[Question]] = {split: [] for split in SPLITS}
-    for entity in tqdm(entities, desc="rendering entities", unit="entity", disable=not progress):
-        passage_ids = _add_entity_docs(entity, image_size, rng, docs)
-        questions[split_of[entity.entity_id]].extend(_entity_questions(entity, passage_ids, image_size, rng))
-    return World(entities, docs, questions, split_of)
+    return build_world(num_entities, seed, image_size, draw_entities_v2, _add_entity_docs, _entity_questions, progress)
 
 
 def _add_entity_docs(entity: Entity, image_size: int, rng: random.Random, docs: list[Doc]) -> dict[str, str]:

@@ -14,6 +14,8 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from tqdm import tqdm
+
 if TYPE_CHECKING:
     from mmrag.data.dataset import Doc, Question
 
@@ -229,3 +231,22 @@ def assign_splits(entities: list[Entity], rng: random.Random) -> dict[str, str]:
         counts[split] += len(members)
         split_of.update((entity.entity_id, split) for entity in members)
     return split_of
+
+
+def build_world(num_entities: int, seed: int, image_size: int, draw: Callable[[int, random.Random], list[Entity]],
+                add_entity_docs: Callable[[Entity, int, random.Random, list[Doc]], dict[str, str]],
+                entity_questions: Callable[[Entity, dict[str, str], int, random.Random], list[Question]],
+                progress: bool = False) -> World:
+    """The one recipe of every world (v1 and v2 differ only in the three functions): draw the entities, split
+    them, then each entity's KB docs and questions in entity order, all from one RNG seeded by `seed`."""
+    if image_size < 16:
+        raise ValueError(f"image_size: expected at least 16 pixels, got {image_size}")
+    rng = random.Random(seed)
+    entities = draw(num_entities, rng)
+    split_of = assign_splits(entities, rng)
+    docs: list[Doc] = []
+    questions: dict[str, list[Question]] = {split: [] for split in SPLITS}
+    for entity in tqdm(entities, desc="rendering entities", unit="entity", disable=not progress):
+        passage_ids = add_entity_docs(entity, image_size, rng, docs)
+        questions[split_of[entity.entity_id]].extend(entity_questions(entity, passage_ids, image_size, rng))
+    return World(entities, docs, questions, split_of)
