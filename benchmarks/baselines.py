@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
-from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import best_fixed, fixed_baselines
-from mmrag.presets import resolve_config
 from mmrag.training.pipeline import LocalPipeline
+from pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "baselines.json"
 
@@ -36,7 +35,7 @@ def report(baselines, val, test, args, minutes: float) -> str:
              " ".join(f"{k}:{v:.3f}" for k, v in sorted(b.val_by_k.items()) if k >= 0)] for b in baselines]
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
     return (f"## Fixed baselines, no training ({datetime.date.today()})\n\n"
-            f"Machine: {machine()}; {minutes:.1f} min. Config {args.config} {portable_overrides(args.set)}. "
+            f"Machine: {machine()}; {minutes:.1f} min. Config {args.config or "(embedded defaults)"} {portable_overrides(args.overrides)}. "
             f"Untrained zoo models, greedy, the config's reward; each pipeline hands the generator the top k "
             f"documents in retrieval order, k chosen on val ({len(val)} questions from {entities(val)} entities), "
             f"reported on test ({len(test)} questions from {entities(test)} entities). One run: no seed is "
@@ -47,15 +46,11 @@ def report(baselines, val, test, args, minutes: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/local.yaml", help="config (default: configs/local.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    add_config_options(parser)
     parser.add_argument("--json", type=Path, default=RESULTS_JSON, help="where the figures go")
     parser.add_argument("--print-only", action="store_true", help="print only; write neither JSON nor RESULTS.md")
     args = parser.parse_args()
-    try:
-        cfg = load_config(resolve_config(args.config), args.set)
-    except ConfigError as exc:
-        sys.exit(f"baselines: {exc}")
+    cfg = config_from_args(args)  # a bad config: one line, exit 2, as every command
     started = time.perf_counter()
     try:
         pipeline = LocalPipeline.from_config(cfg)
@@ -64,8 +59,8 @@ def main() -> None:
         sys.exit(f"baselines: {exc}")
     baselines = fixed_baselines(pipeline, val, test)
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
-    figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config,
-               "sets": portable_overrides(args.set), "val_questions": len(val), "val_entities": entities(val),
+    figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config or "(embedded defaults)",
+               "sets": portable_overrides(args.overrides), "val_questions": len(val), "val_entities": entities(val),
                "test_questions": len(test), "test_entities": entities(test),
                "baselines": [b.as_dict() for b in baselines],
                "best_fixed": {"name": shipped.name, "k": shipped.k, "test_reward": shipped.test_reward}}
