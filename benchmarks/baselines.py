@@ -35,7 +35,8 @@ def report(baselines, val, test, args, minutes: float) -> str:
              " ".join(f"{k}:{v:.3f}" for k, v in sorted(b.val_by_k.items()) if k >= 0)] for b in baselines]
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
     return (f"## Fixed baselines, no training ({datetime.date.today()})\n\n"
-            f"Machine: {machine()}; {minutes:.1f} min. Config {args.config or "(embedded defaults)"} {portable_overrides(args.overrides)}. "
+            f"Machine: {machine()}; {minutes:.1f} min. "
+            f"Config {args.config or '(embedded defaults)'} {portable_overrides(args.overrides)}. "
             f"Untrained zoo models, greedy, the config's reward; each pipeline hands the generator the top k "
             f"documents in retrieval order, k chosen on val ({len(val)} questions from {entities(val)} entities), "
             f"reported on test ({len(test)} questions from {entities(test)} entities). One run: no seed is "
