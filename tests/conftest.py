@@ -1,4 +1,4 @@
-"""Shared fixtures: one offline zoo cache, one small synthetic dataset, one Ray instance."""
+"""Shared fixtures: one offline zoo cache, one small synthetic dataset, one Ray instance, one export."""
 
 from __future__ import annotations
 
@@ -98,6 +98,33 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
             "train.steps=4", *overrides])
 
     return config
+
+
+TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
+               "translator.model=zoo:tiny-lvlm"]
+"""The untrained zoo models: what the export tests need of a model is only that it loads and answers."""
+
+@pytest.fixture(scope="session")
+def tiny_export(synth_dir, zoo_dir, tmp_path_factory):
+    """(cfg, export dir, the pipeline loaded from it as evaluation loads it): the untrained translator and a
+    reranker whose trainable weights are moved off their start, over an index of `synth_dir` built for them, saved
+    as policy version 3 (not 0, so a loader that ignores the version shows)."""
+    from mmrag.config import load_config
+    from mmrag.retrieval.build import build_index
+    from mmrag.training.export import save_export
+    from mmrag.training.pipeline import LocalPipeline
+
+    work = tmp_path_factory.mktemp("tiny_export")
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [
+        f"data.dir={synth_dir}", f"index.dir={work / 'index'}", f"zoo.cache_dir={zoo_dir}", *TINY_MODELS])
+    build_index(Path(synth_dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
+    untrained = LocalPipeline.from_config(cfg)
+    with torch.no_grad():  # weights that differ from the seeded start, so a load that silently fails shows
+        for param in untrained.reranker.parameters():
+            if param.requires_grad:
+                param.add_(0.01)
+    export = save_export(work / "export", untrained.translator, untrained.reranker, 3, cfg)
+    return cfg, export, LocalPipeline.from_config(cfg, checkpoint=str(export))
 
 
 @pytest.fixture(scope="session")

@@ -11,39 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mmrag.config import load_config
-from mmrag.data.dataset import KB_FILE, encode_image, load_questions
+from mmrag.data.dataset import encode_image, load_questions
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
-               "translator.model=zoo:tiny-lvlm"]
-
-
-@pytest.fixture(scope="module")
-def exported(synth_dir, zoo_dir, tmp_path_factory):
-    """(cfg, export dir, the pipeline loaded from it as evaluation loads it)."""
-    from mmrag.retrieval.build import build_index
-    from mmrag.training.export import save_export
-    from mmrag.training.pipeline import LocalPipeline
-
-    work = tmp_path_factory.mktemp("python_api")
-    cfg = load_config(ROOT / "configs/local.yaml", [f"data.dir={synth_dir}", f"index.dir={work / 'index'}",
-                                                     f"zoo.cache_dir={zoo_dir}", *TINY_MODELS])
-    build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
-    untrained = LocalPipeline.from_config(cfg)
-    with torch.no_grad():  # weights that differ from the seeded start, so a load that silently fails shows
-        for param in untrained.reranker.parameters():
-            if param.requires_grad:
-                param.add_(0.01)
-    export = save_export(work / "export", untrained.translator, untrained.reranker, 3, cfg)
-    return cfg, export, LocalPipeline.from_config(cfg, checkpoint=str(export))
-
-
-def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(exported, synth_dir, monkeypatch, tmp_path):
+def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(tiny_export, synth_dir, monkeypatch, tmp_path):
     from mmrag import Pipeline
     from mmrag.training.evaluate import greedy_batch
 
-    _, export, offline_pipeline = exported
+    _, export, offline_pipeline = tiny_export
     questions = load_questions(synth_dir, "test")[:3]
     offline = greedy_batch(offline_pipeline, questions)
     monkeypatch.chdir(tmp_path)  # the export's config names its index and zoo by absolute path
@@ -66,13 +40,13 @@ def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(exported, s
         pipeline.answer_batch([questions[0].image] * 2, ["why?"])
 
 
-def test_the_reranker_exports_as_safetensors_with_a_config_and_an_older_pickle_still_loads(exported, tmp_path):
+def test_the_reranker_exports_as_safetensors_with_a_config_and_an_older_pickle_still_loads(tiny_export, tmp_path):
     from safetensors.torch import load_file
 
     from mmrag.models.reranker import AdaptiveReranker
     from mmrag.training.export import exported_reranker_state, load_reranker_weights
 
-    cfg, export, pipeline = exported
+    cfg, export, pipeline = tiny_export
     names = {path.relative_to(export).as_posix() for path in export.rglob("*") if path.is_file()}
     assert {"reranker/model.safetensors", "reranker/config.json", "export.json"} <= names
     assert "reranker.pt" not in names and not any(".writing-" in name for name in names)
@@ -107,10 +81,10 @@ def test_an_export_replaces_the_previous_one_whole_or_not_at_all(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["export"] and [p.name for p in final.iterdir()] == ["b"]
 
 
-def test_the_model_card_names_base_models_data_config_and_held_out_metrics(exported, tmp_path):
+def test_the_model_card_names_base_models_data_config_and_held_out_metrics(tiny_export, tmp_path):
     from mmrag.training.model_card import write_model_card
 
-    cfg, _, _ = exported
+    cfg, _, _ = tiny_export
     card = Path(write_model_card(tmp_path, cfg, {0: {"reward_mean": 0.125, "recall_at_k": 0.5},
                                                  4: {"reward_mean": 0.375, "recall_at_k": 0.75}})).read_text()
     assert card.startswith("---\nlibrary_name: mmrag\n")

@@ -4,40 +4,16 @@ group reads (query vector, candidates, image) does not travel on."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from mmrag.config import load_config
-from mmrag.data.dataset import KB_FILE, load_questions
+from mmrag.data.dataset import load_questions
 from mmrag.serving.state import STAGES, StageState, check_stage_groups
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
-               "translator.model=zoo:tiny-lvlm"]
-
-
-@pytest.fixture(scope="module")
-def exported(synth_dir, zoo_dir, tmp_path_factory):
-    """(cfg, checkpoint, pipeline): an index and an export of the untrained translator and reranker."""
-    from mmrag.retrieval.build import build_index
-    from mmrag.training.export import save_export
-    from mmrag.training.pipeline import LocalPipeline
-
-    work = tmp_path_factory.mktemp("stage_groups")
-    cfg = load_config(ROOT / "configs/local.yaml", [f"data.dir={synth_dir}", f"index.dir={work / 'index'}",
-                                                     f"zoo.cache_dir={zoo_dir}", *TINY_MODELS])
-    build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
-    untrained = LocalPipeline.from_config(cfg)
-    checkpoint = str(save_export(work / "export", untrained.translator, untrained.reranker, 0, cfg))
-    return cfg, checkpoint, LocalPipeline.from_config(cfg, checkpoint=checkpoint)
-
-
-def test_any_split_into_stage_groups_answers_as_the_offline_greedy_path(exported, synth_dir):
+def test_any_split_into_stage_groups_answers_as_the_offline_greedy_path(tiny_export, synth_dir):
     from mmrag.serving.greedy_stages import GreedyStages
     from mmrag.training.evaluate import greedy_batch
 
-    cfg, checkpoint, pipeline = exported
+    cfg, checkpoint, pipeline = tiny_export
     questions = load_questions(synth_dir, "test")[:3]
     whole = GreedyStages.from_config(cfg, checkpoint, list(STAGES))
     components = whole.components

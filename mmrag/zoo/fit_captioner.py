@@ -42,7 +42,7 @@ from mmrag.data.wording import CAPTIONER_WORDING
 from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES, Entity
 from mmrag.model_refs import resolve
 from mmrag.models.lvlm import fill_prompt, generate, load_lvlm, response_token_ids, sequence_logprobs
-from mmrag.zoo.fitting import run_fit
+from mmrag.zoo.fitting import fit_report, run_fit
 
 FIT_ENTITIES = 1000
 HELDOUT_ENTITIES = 40
@@ -263,12 +263,7 @@ def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: i
         **greedy_description_accuracy(model, processor, heldout, seed),
         "vision_steps": VISION_STEPS,
         "vision_final_loss": round(float(np.mean(vision_losses[-10:])), 3),
-        "steps": steps,
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(float(np.mean(losses[-10:])), 3),
-        "fit_seconds": round(time.perf_counter() - started, 1),
-        "train_entities": FIT_ENTITIES,
-        "heldout_entities": HELDOUT_ENTITIES,
+        **fit_report(losses, steps, started, FIT_ENTITIES, HELDOUT_ENTITIES),
     }
 
 
@@ -288,10 +283,5 @@ def build_tiny_lvlm_captioner_v2(out_dir: Path, cache_dir: str, seed: int, steps
     return {
         **greedy_description_accuracy(model, processor, heldout, seed, templates),
         "warm_start": "zoo:tiny-lvlm-captioner",
-        "steps": steps,
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(float(np.mean(losses[-10:])), 3),
-        "fit_seconds": round(time.perf_counter() - started, 1),
-        "train_entities": V2_FIT_ENTITIES,
-        "heldout_entities": V2_HELDOUT_ENTITIES,
+        **fit_report(losses, steps, started, V2_FIT_ENTITIES, V2_HELDOUT_ENTITIES),
     }

@@ -29,7 +29,7 @@ from mmrag.data.synth_v2 import draw_entities_v2
 from mmrag.data.wording import GENERIC_WORDING
 from mmrag.model_refs import resolve
 from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
-from mmrag.zoo.fitting import run_fit
+from mmrag.zoo.fitting import fit_report, run_fit
 from mmrag.zoo.tiny_clip import CHECKPOINT_FILE, create_tiny_clip, save_checkpoint
 
 FIT_ENTITIES = 200
@@ -221,12 +221,7 @@ def build_tiny_clip(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS
     return {
         **evaluate(model, tokenizer, heldout_world),
         "heldout_before_fit": before,
-        "steps": steps,
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(float(np.mean(losses[-10:])), 3),
-        "fit_seconds": round(time.perf_counter() - started, 1),
-        "train_entities": FIT_ENTITIES,
-        "heldout_entities": HELDOUT_ENTITIES,
+        **fit_report(losses, steps, started, FIT_ENTITIES, HELDOUT_ENTITIES),
     }
 
 
@@ -246,10 +241,5 @@ def build_tiny_clip_v2(out_dir: Path, cache_dir: str, seed: int, steps: int = V2
         **evaluate(model, tokenizer, heldout_world, phrases),
         "heldout_before_fit": before,
         "warm_start": "zoo:tiny-clip",
-        "steps": steps,
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(float(np.mean(losses[-10:])), 3),
-        "fit_seconds": round(time.perf_counter() - started, 1),
-        "train_entities": V2_FIT_ENTITIES,
-        "heldout_entities": V2_HELDOUT_ENTITIES,
+        **fit_report(losses, steps, started, V2_FIT_ENTITIES, V2_HELDOUT_ENTITIES),
     }

@@ -20,7 +20,7 @@ from mmrag.data.synth_v2 import draw_entities_v2
 from mmrag.data.wording import ATTRIBUTES, VOCABULARIES
 from mmrag.data.world import Entity
 from mmrag.models.visual_reader import VisualReader, image_tensor
-from mmrag.zoo.fitting import run_fit
+from mmrag.zoo.fitting import fit_report, run_fit
 
 FIT_ENTITIES = 300
 HELDOUT_ENTITIES = 60
@@ -80,9 +80,5 @@ def build_visual_reader(out_dir: Path, cache_dir: str, seed: int, steps: int = S
     return {
         "heldout_attribute_accuracy": accuracy(model, heldout_pixels, heldout_labels),
         "heldout_images": len(heldout_pixels),
-        "steps": steps,
-        "first_loss": round(losses[0], 3),
-        "final_loss": round(float(np.mean(losses[-10:])), 3),
-        "fit_seconds": round(time.perf_counter() - started, 1),
-        "train_entities": FIT_ENTITIES,
+        **fit_report(losses, steps, started, FIT_ENTITIES),
     }

@@ -1,8 +1,11 @@
-"""The optimisation loop shared by the zoo's fits (tiny-clip, tiny-lvlm-captioner)."""
+"""The optimisation loop and the fit report shared by the zoo's fits (tiny-clip, tiny-lvlm-captioner, visual reader)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+import numpy as np
 
 import torch
 from tqdm import tqdm
@@ -27,3 +30,19 @@ def run_fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule, 
         progress.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
     return losses
+
+
+def fit_report(losses: list[float], steps: int, started: float, train_entities: int,
+               heldout_entities: int | None = None) -> dict:
+    """The figures every zoo build records about its fit: steps, first and final loss (mean of the last 10),
+    wall seconds since `started` (a `time.perf_counter()` reading) and the entities it was fitted and held out on."""
+    report = {
+        "steps": steps,
+        "first_loss": round(losses[0], 3),
+        "final_loss": round(float(np.mean(losses[-10:])), 3),
+        "fit_seconds": round(time.perf_counter() - started, 1),
+        "train_entities": train_entities,
+    }
+    if heldout_entities is not None:
+        report["heldout_entities"] = heldout_entities
+    return report
