@@ -5,7 +5,8 @@
 a free port there, so the ranks join one torch process group themselves. Then each call
 is the same method on every rank, awaited together: `update` (one optimiser step on
 `roots[rank::W]`; rank 0's call also returns the new trainable weights as extra return
-values, so they enter the object store once per version), `save`, `load`, `export`. A
+values, so they enter the object store once per version; with `learner.durable_weights` it also writes them
+to the run's storage, whose URI the record carries, so losing rank 0's node loses no version), `save`, `load`, `export`. A
 failing rank fails the call at once, naming the rank, and so does a rank that has not answered
 within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
 process); the process group itself is built with that timeout, so a collective broken by
@@ -71,10 +72,12 @@ class LearnerRank:
             self.worker.load(checkpoint)
         return self.worker.version
 
-    @ray.method(num_returns=2)
+    @ray.method(num_returns=3)
     def publish(self) -> tuple:
-        """(translator, reranker) trainable weights on rank 0, (None, None) on the others."""
-        return self.worker.publish() or (None, None)
+        """(translator, reranker, durable copy's URI) on rank 0: the trainable weights and where they were also
+        written (None without `learner.durable_weights`); (None, None, None) on the others."""
+        weights, durable = self.worker.publish()
+        return *(weights or (None, None)), durable
 
     @ray.method(num_returns=3)
     def update(self, roots: list[Node]) -> tuple:
@@ -173,7 +176,8 @@ class GroupUpdate:
     def result(self) -> LearnerUpdate:
         record = wait_for_ranks(self.futures, "update", max(0.0, self.deadline - time.monotonic()))[0]
         update = LearnerUpdate(record["version"], record["losses"], record["seconds"],
-                               Weights(record["version"], *self.weight_refs), record["rollouts"])
+                               Weights(record["version"], *self.weight_refs, durable=record["durable"]),
+                               record["rollouts"])
         self.group.version, self.group.published = update.version, update.weights
         return update
 
@@ -224,8 +228,9 @@ class LearnerGroup:
 
     def _publish(self) -> Weights:
         calls = [rank.publish.remote() for rank in self.ranks]
-        wait_for_ranks([translator for translator, _ in calls], "publishing weights", self.cfg.learner.call_timeout_s)
-        return Weights(self.version, *calls[0])
+        durable = wait_for_ranks([call[2] for call in calls], "publishing weights",
+                                 self.cfg.learner.call_timeout_s)[0]
+        return Weights(self.version, *calls[0][:2], durable=durable)
 
     def weights(self) -> Weights:
         """The current version's trainable weights, as object refs."""

@@ -6,7 +6,9 @@ counts versions up again from its checkpoint's, under a new generation) and carr
 reference to them (nested in a list, so Ray hands the reference over instead of resolving it
 on every call). A replica fetches and installs whenever the id differs from the one it
 holds, so a freshly started, restarted or restored-past replica always samples with the
-weights the driver asked for.
+weights the driver asked for. The object store's only copy lives on the publishing rank's node; when
+that node is lost, the fetch fails and the replica reads the version from the run's storage instead
+(`durable`, written by rank 0 with `learner.durable_weights`), so no call fails for want of weights.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ray
+from ray.exceptions import ObjectLostError
+
+from mmrag.training.learner import Weights
+from mmrag.training.published_weights import component_file, read_published
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,24 @@ class PolicyWeights:
     """(ObjectRef of the trainable state dict,): one element, nested so Ray does not resolve it."""
     generation: int = 0
     """The run's restore generation (`Weights.generation`)."""
+    durable: str | None = None
+    """The same state dict's file in the run's storage (`mmrag.training.published_weights.component_file`), if
+    the learner wrote one: read when the object store lost the reference's value."""
+
+    @classmethod
+    def of(cls, weights: Weights, component: str, refs: tuple) -> PolicyWeights:
+        """What calls of `component`'s replicas carry for `weights`, its state dict in the object store at `refs`."""
+        durable = None if weights.durable is None else component_file(weights.durable, component)
+        return cls(weights.version, refs, weights.generation, durable)
+
+    def fetch(self) -> dict:
+        """The state dict: from the object store, else (the node holding it lost) from the run's storage."""
+        try:
+            return ray.get(self.refs[0])
+        except ObjectLostError:
+            if self.durable is None:
+                raise
+            return read_published(self.durable)
 
 
 class InstalledVersion:
@@ -44,7 +68,7 @@ class InstalledVersion:
         """
         if self.needs(weights):
             if weights.refs:
-                load(ray.get(weights.refs[0]))
+                load(weights.fetch())
             elif (weights.generation, weights.version) != (0, 0):
                 raise ValueError(f"policy weights {weights.generation}.{weights.version} came without a reference")
             self.held = (weights.generation, weights.version)

@@ -316,6 +316,10 @@ class LearnerConfig:
     call_timeout_s: float = 600.0
     """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
     timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    durable_weights: bool = True
+    """Also write every version rank 0 publishes to RUN_DIR/weights (the newest train.max_policy_lag + 2 kept), so a
+    policy replica that cannot fetch it from the object store (the node holding it was lost) reads it there
+    (`mmrag.training.published_weights`); off, such a call fails as if its replica were lost."""
     max_restores: int = 3
     """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
     naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of
