@@ -29,11 +29,13 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import remove_placement_group
 
 from actors.placement import in_bundle, reserve
+from actors.weight_sync import WeightBroadcast
 from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
+from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
 
 DEAD_PEER_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others: a collective broken by a dead peer fails on the
@@ -74,10 +76,25 @@ class LearnerRank:
 
     @ray.method(num_returns=3)
     def publish(self) -> tuple:
-        """(translator, reranker, durable copy's URI) on rank 0: the trainable weights and where they were also
-        written (None without `learner.durable_weights`); (None, None, None) on the others."""
-        weights, durable = self.worker.publish()
-        return *(weights or (None, None)), durable
+        """(translator, reranker, {"publish_id", "durable"}) on rank 0: the trainable weights, their id and where
+        they were also written (None without `learner.durable_weights`); (None, None, {...}) on the others."""
+        weights, published = self.worker.publish()
+        return *(weights or (None, None)), published
+
+    def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
+        """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
+        self.sync_stores = {**getattr(self, "sync_stores", {}), component: serve_sync_store(world)}
+        return ray.util.get_node_ip_address(), self.sync_stores[component].port
+
+    def join_sync(self, component: str, world: int, timeout_s: float) -> None:
+        """Rank 0: join `component`'s weight-sync group as its sender."""
+        store = self.sync_stores[component]
+        self.sync_groups = {**getattr(self, "sync_groups", {}),
+                            component: join_sync_group(store, "", 0, 0, world, timeout_s, self.worker.device.type == "cuda")}
+
+    def send_weights(self, component: str) -> None:
+        """Rank 0: broadcast the last published `component` weights to its sync group."""
+        self.worker.send_published(component, self.sync_groups[component])
 
     @ray.method(num_returns=3)
     def update(self, roots: list[Node]) -> tuple:
@@ -175,10 +192,11 @@ class GroupUpdate:
 
     def result(self) -> LearnerUpdate:
         record = wait_for_ranks(self.futures, "update", max(0.0, self.deadline - time.monotonic()))[0]
-        update = LearnerUpdate(record["version"], record["losses"], record["seconds"],
-                               Weights(record["version"], *self.weight_refs, durable=record["durable"]),
-                               record["rollouts"])
-        self.group.version, self.group.published = update.version, update.weights
+        weights = Weights(record["version"], *self.weight_refs, publish_id=record["publish_id"],
+                          durable=record["durable"])
+        update = LearnerUpdate(record["version"], record["losses"], record["seconds"], weights, record["rollouts"])
+        self.group.version, self.group.published = update.version, weights
+        self.group.broadcast(weights)
         return update
 
 
@@ -189,10 +207,14 @@ class LearnerGroup:
         """`rank_class`: what each rank's actor is made from (`LearnerRank` or a subclass)."""
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
+        if cfg.learner.weight_sync not in ("object_store", "broadcast"):
+            raise ValueError(f"learner.weight_sync: expected object_store or broadcast, got {cfg.learner.weight_sync!r}")
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers
         self.ranks: list = []
+        self.sync: WeightBroadcast | None = None
+        """The policy replicas versions are broadcast to (`attach_policy_replicas`), if any."""
         check_placeable(cfg)
         # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
         self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
@@ -228,9 +250,23 @@ class LearnerGroup:
 
     def _publish(self) -> Weights:
         calls = [rank.publish.remote() for rank in self.ranks]
-        durable = wait_for_ranks([call[2] for call in calls], "publishing weights",
-                                 self.cfg.learner.call_timeout_s)[0]
-        return Weights(self.version, *calls[0][:2], durable=durable)
+        published = wait_for_ranks([call[2] for call in calls], "publishing weights",
+                                   self.cfg.learner.call_timeout_s)[0]
+        weights = Weights(self.version, *calls[0][:2], **published)
+        self.broadcast(weights)
+        return weights
+
+    def attach_policy_replicas(self, replicas: dict[str, list]) -> None:
+        """With `learner.weight_sync: broadcast`: the policy replicas (component -> actors) each published version
+        is sent to from now on, the current one at once."""
+        if self.cfg.learner.weight_sync == "broadcast":
+            self.sync = WeightBroadcast(replicas, self.cfg.learner.call_timeout_s, self.cfg.learner.sync_bucket_mb)
+            self.broadcast(self.published)
+
+    def broadcast(self, weights: Weights) -> None:
+        """Send `weights` to the attached policy replicas (`learner.weight_sync: broadcast`), else nothing."""
+        if self.sync is not None:
+            self.sync.deliver(self.ranks[0], weights)
 
     def weights(self) -> Weights:
         """The current version's trainable weights, as object refs."""
@@ -261,6 +297,8 @@ class LearnerGroup:
         """Replace every rank by a fresh one (a new process group, in the same placement group) and restore
         `checkpoint_dir`, else start over."""
         self._stop_ranks()
+        if self.sync is not None:
+            self.sync.reset()  # its sender was rank 0
         self._start(checkpoint_dir)
 
     def pids(self) -> list[int]:
