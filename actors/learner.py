@@ -57,6 +57,10 @@ class LearnerRank:
     def __init__(self):
         self.worker = None
         self.store = None
+        self.sync_stores: dict = {}
+        """Rank 0: component -> the store of its weight-sync group (`learner.weight_sync: broadcast`)."""
+        self.sync_groups: dict = {}
+        """Rank 0: component -> its weight-sync group, this rank the sender."""
 
     def pid(self) -> int:
         return os.getpid()
@@ -83,14 +87,14 @@ class LearnerRank:
 
     def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
         """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
-        self.sync_stores = {**getattr(self, "sync_stores", {}), component: serve_sync_store(world)}
+        self.sync_stores[component] = serve_sync_store(world)
         return ray.util.get_node_ip_address(), self.sync_stores[component].port
 
     def join_sync(self, component: str, world: int, timeout_s: float) -> None:
         """Rank 0: join `component`'s weight-sync group as its sender."""
         store = self.sync_stores[component]
-        self.sync_groups = {**getattr(self, "sync_groups", {}),
-                            component: join_sync_group(store, "", 0, 0, world, timeout_s, self.worker.device.type == "cuda")}
+        group = join_sync_group(store, "", 0, 0, world, timeout_s, self.worker.device.type == "cuda")
+        self.sync_groups[component] = group
 
     def send_weights(self, component: str) -> None:
         """Rank 0: broadcast the last published `component` weights to its sync group."""
@@ -208,7 +212,8 @@ class LearnerGroup:
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
         if cfg.learner.weight_sync not in ("object_store", "broadcast"):
-            raise ValueError(f"learner.weight_sync: expected object_store or broadcast, got {cfg.learner.weight_sync!r}")
+            raise ValueError(f"learner.weight_sync: expected object_store or broadcast, "
+                             f"got {cfg.learner.weight_sync!r}")
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers
@@ -260,7 +265,7 @@ class LearnerGroup:
         """With `learner.weight_sync: broadcast`: the policy replicas (component -> actors) each published version
         is sent to from now on, the current one at once."""
         if self.cfg.learner.weight_sync == "broadcast":
-            self.sync = WeightBroadcast(replicas, self.cfg.learner.call_timeout_s, self.cfg.learner.sync_bucket_mb)
+            self.sync = WeightBroadcast(replicas, self.cfg.learner.sync_timeout_s, self.cfg.learner.sync_bucket_mb)
             self.broadcast(self.published)
 
     def broadcast(self, weights: Weights) -> None:

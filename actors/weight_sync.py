@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class WeightBroadcast:
     def __init__(self, replicas: dict[str, list], timeout_s: float, bucket_mb: int):
         """`replicas`: component -> its policy replicas' actors; `timeout_s`: the deadline of joining or of one
-        version's broadcast (`learner.call_timeout_s`), also the groups' collective timeout; `bucket_mb`:
+        version's broadcast (`learner.sync_timeout_s`), also the groups' collective timeout; `bucket_mb`:
         `learner.sync_bucket_mb`."""
         self.replicas, self.timeout_s, self.bucket_mb = replicas, timeout_s, bucket_mb
         self.joined: set[str] = set()
@@ -61,5 +61,5 @@ class WeightBroadcast:
         ready, pending = ray.wait(calls, num_returns=len(calls), timeout=self.timeout_s)
         if pending:
             raise TimeoutError(f"{len(pending)} of {len(calls)} members did not answer within {self.timeout_s:g} s "
-                               f"(learner.call_timeout_s)")
+                               f"(learner.sync_timeout_s)")
         ray.get(ready)

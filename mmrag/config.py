@@ -327,6 +327,9 @@ class LearnerConfig:
     store stays the fallback of a replica that missed it). Measured with LoRA off in benchmarks/weight_sync.py."""
     sync_bucket_mb: int = 256
     """Bucket size of the "broadcast" weight sync."""
+    sync_timeout_s: float = 60.0
+    """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
+    a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""
     max_restores: int = 3
     """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
     naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of
