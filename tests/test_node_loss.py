@@ -25,11 +25,10 @@ from helpers import assert_same_exported_weights
 
 from mmrag.training.metrics_log import read_metrics
 
-pytestmark = pytest.mark.slow  # a Ray cluster of three nodes, three distributed runs
+pytestmark = pytest.mark.slow  # a Ray cluster of three nodes and a distributed run on it
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
-NODE_CPUS = 8
 STAGE_NODE_CPUS = 4
 """Exactly the stage actors' CPUs (8 actors of 0.5: two generators, two retrieval shards, one of every other)."""
 LEARNER_NODE_CPUS = 1
