@@ -5,10 +5,11 @@
 a free port there, so the ranks join one torch process group themselves. Then each call
 is the same method on every rank, awaited together: `update` (one optimiser step on
 `roots[rank::W]`; rank 0's call also returns the new trainable weights as extra return
-values, so they enter the object store once per version; with `learner.durable_weights` it also writes them
-to the run's storage, whose URI the record carries, so losing rank 0's node loses no version), `save`, `load`, `export`. A
-failing rank fails the call at once, naming the rank, and so does a rank that has not answered
-within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
+values, so they enter the object store once per version; with `learner.durable_weights` it also writes
+them to the run's storage, whose URI the record carries, so losing rank 0's node loses no version; with
+`learner.weight_sync: broadcast` it then sends them to the attached policy replicas, `actors.weight_sync`),
+`save`, `load`, `export`. A failing rank fails the call at once, naming the rank, and so does a rank that
+has not answered within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
 process); the process group itself is built with that timeout, so a collective broken by
 a dead peer fails on the survivors too. A process group cannot take a rank
 back, so `restart` replaces the whole group and restores a checkpoint. The ranks are one placement group

@@ -72,7 +72,8 @@ class InstalledVersion:
 
     def receive(self, publish_id: str, like: dict, bucket_bytes: int) -> None:
         """Take the version rank 0 broadcasts, shaped as `like` (this replica's own trainable state dict)."""
-        self.received = (publish_id, receive_state(self.sync_group, like, bucket_bytes))
+        device = "cuda" if ray.get_gpu_ids() else "cpu"  # NCCL moves GPU tensors only
+        self.received = (publish_id, receive_state(self.sync_group, like, bucket_bytes, device))
 
     def needs(self, weights: PolicyWeights) -> bool:
         """Whether `weights` differ from the ones held: any other id, an older or repeated version included."""

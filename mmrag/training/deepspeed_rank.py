@@ -157,7 +157,7 @@ class DeepSpeedRank:
 
     def send_published(self, component: str, group: torch.distributed.ProcessGroup) -> None:
         """Rank 0: broadcast the last published `component` weights to the sync group (`weight_broadcast`)."""
-        send_state(group, self.published[component], self.cfg.learner.sync_bucket_mb << 20)
+        send_state(group, self.published[component], self.cfg.learner.sync_bucket_mb << 20, self.device.type)
 
     def update(self, roots: list) -> tuple[dict, TrainableWeights | None]:
         """One step per trained component, then publish: ({"version", "losses", "seconds", "rollouts", "publish_id",

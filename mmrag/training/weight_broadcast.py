@@ -53,24 +53,25 @@ def buckets(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[Bucket]:
     return groups + ([current] if current else [])
 
 
-def send_state(group: torch.distributed.ProcessGroup, state: dict[str, torch.Tensor], bucket_bytes: int) -> None:
-    """Rank 0: broadcast `state` bucket by bucket."""
+def send_state(group: torch.distributed.ProcessGroup, state: dict[str, torch.Tensor], bucket_bytes: int,
+               device: str = "cpu") -> None:
+    """Rank 0: broadcast `state` bucket by bucket, each bucket sent from `device` (a GPU for NCCL)."""
     for keys in buckets(state, bucket_bytes):
-        flat = torch.cat([state[key].detach().reshape(-1) for key in keys])
+        flat = torch.cat([state[key].detach().reshape(-1) for key in keys]).to(device)
         group.broadcast([flat]).wait()
 
 
-def receive_state(group: torch.distributed.ProcessGroup, like: dict[str, torch.Tensor],
-                  bucket_bytes: int) -> dict[str, torch.Tensor]:
-    """A replica: the state rank 0 sends, shaped as `like` (this replica's own state dict of the component)."""
+def receive_state(group: torch.distributed.ProcessGroup, like: dict[str, torch.Tensor], bucket_bytes: int,
+                  device: str = "cpu") -> dict[str, torch.Tensor]:
+    """A replica: the state rank 0 sends, shaped as `like` (this replica's own state dict of the component), each
+    bucket received on `device` (a GPU for NCCL) and returned on `like`'s devices."""
     received = {}
     for keys in buckets(like, bucket_bytes):
-        flat = torch.empty(sum(like[key].numel() for key in keys), dtype=like[keys[0]].dtype,
-                           device=like[keys[0]].device)
+        flat = torch.empty(sum(like[key].numel() for key in keys), dtype=like[keys[0]].dtype, device=device)
         group.broadcast([flat]).wait()
         offset = 0
         for key in keys:
             count = like[key].numel()
-            received[key] = flat[offset:offset + count].view_as(like[key])
+            received[key] = flat[offset:offset + count].view_as(like[key]).to(like[key].device)
             offset += count
     return received
