@@ -5,9 +5,11 @@
 a free port there, so the ranks join one torch process group themselves. Then each call
 is the same method on every rank, awaited together: `update` (one optimiser step on
 `roots[rank::W]`; rank 0's call also returns the new trainable weights as extra return
-values, so they enter the object store once per version), `save`, `load`, `export`. A
-failing rank fails the call at once, naming the rank, and so does a rank that has not answered
-within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
+values, so they enter the object store once per version; with `learner.durable_weights` it also writes
+them to the run's storage, whose URI the record carries, so losing rank 0's node loses no version; with
+`learner.weight_sync: broadcast` it then sends them to the attached policy replicas, `actors.weight_sync`),
+`save`, `load`, `export`. A failing rank fails the call at once, naming the rank, and so does a rank that
+has not answered within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
 process); the process group itself is built with that timeout, so a collective broken by
 a dead peer fails on the survivors too. A process group cannot take a rank
 back, so `restart` replaces the whole group and restores a checkpoint. The ranks are one placement group
@@ -28,11 +30,13 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import remove_placement_group
 
 from actors.placement import in_bundle, reserve
+from actors.weight_sync import WeightBroadcast
 from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
+from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
 
 DEAD_PEER_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others: a collective broken by a dead peer fails on the
@@ -54,6 +58,10 @@ class LearnerRank:
     def __init__(self):
         self.worker = None
         self.store = None
+        self.sync_stores: dict = {}
+        """Rank 0: component -> the store of its weight-sync group (`learner.weight_sync: broadcast`)."""
+        self.sync_groups: dict = {}
+        """Rank 0: component -> its weight-sync group, this rank the sender."""
 
     def pid(self) -> int:
         return os.getpid()
@@ -71,10 +79,27 @@ class LearnerRank:
             self.worker.load(checkpoint)
         return self.worker.version
 
-    @ray.method(num_returns=2)
+    @ray.method(num_returns=3)
     def publish(self) -> tuple:
-        """(translator, reranker) trainable weights on rank 0, (None, None) on the others."""
-        return self.worker.publish() or (None, None)
+        """(translator, reranker, {"publish_id", "durable"}) on rank 0: the trainable weights, their id and where
+        they were also written (None without `learner.durable_weights`); (None, None, {...}) on the others."""
+        weights, published = self.worker.publish()
+        return *(weights or (None, None)), published
+
+    def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
+        """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
+        self.sync_stores[component] = serve_sync_store(world)
+        return ray.util.get_node_ip_address(), self.sync_stores[component].port
+
+    def join_sync(self, component: str, world: int, timeout_s: float) -> None:
+        """Rank 0: join `component`'s weight-sync group as its sender."""
+        store = self.sync_stores[component]
+        group = join_sync_group(store, "", 0, 0, world, timeout_s, self.worker.device.type == "cuda")
+        self.sync_groups[component] = group
+
+    def send_weights(self, component: str) -> None:
+        """Rank 0: broadcast the last published `component` weights to its sync group."""
+        self.worker.send_published(component, self.sync_groups[component])
 
     @ray.method(num_returns=3)
     def update(self, roots: list[Node]) -> tuple:
@@ -172,9 +197,11 @@ class GroupUpdate:
 
     def result(self) -> LearnerUpdate:
         record = wait_for_ranks(self.futures, "update", max(0.0, self.deadline - time.monotonic()))[0]
-        update = LearnerUpdate(record["version"], record["losses"], record["seconds"],
-                               Weights(record["version"], *self.weight_refs), record["rollouts"])
-        self.group.version, self.group.published = update.version, update.weights
+        weights = Weights(record["version"], *self.weight_refs, publish_id=record["publish_id"],
+                          durable=record["durable"])
+        update = LearnerUpdate(record["version"], record["losses"], record["seconds"], weights, record["rollouts"])
+        self.group.version, self.group.published = update.version, weights
+        self.group.broadcast(weights)
         return update
 
 
@@ -185,10 +212,15 @@ class LearnerGroup:
         """`rank_class`: what each rank's actor is made from (`LearnerRank` or a subclass)."""
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
+        if cfg.learner.weight_sync not in ("object_store", "broadcast"):
+            raise ValueError(f"learner.weight_sync: expected object_store or broadcast, "
+                             f"got {cfg.learner.weight_sync!r}")
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers
         self.ranks: list = []
+        self.sync: WeightBroadcast | None = None
+        """The policy replicas versions are broadcast to (`attach_policy_replicas`), if any."""
         check_placeable(cfg)
         # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
         self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
@@ -224,8 +256,23 @@ class LearnerGroup:
 
     def _publish(self) -> Weights:
         calls = [rank.publish.remote() for rank in self.ranks]
-        wait_for_ranks([translator for translator, _ in calls], "publishing weights", self.cfg.learner.call_timeout_s)
-        return Weights(self.version, *calls[0])
+        published = wait_for_ranks([call[2] for call in calls], "publishing weights",
+                                   self.cfg.learner.call_timeout_s)[0]
+        weights = Weights(self.version, *calls[0][:2], **published)
+        self.broadcast(weights)
+        return weights
+
+    def attach_policy_replicas(self, replicas: dict[str, list]) -> None:
+        """With `learner.weight_sync: broadcast`: the policy replicas (component -> actors) each published version
+        is sent to from now on, the current one at once."""
+        if self.cfg.learner.weight_sync == "broadcast":
+            self.sync = WeightBroadcast(replicas, self.cfg.learner.sync_timeout_s, self.cfg.learner.sync_bucket_mb)
+            self.broadcast(self.published)
+
+    def broadcast(self, weights: Weights) -> None:
+        """Send `weights` to the attached policy replicas (`learner.weight_sync: broadcast`), else nothing."""
+        if self.sync is not None:
+            self.sync.deliver(self.ranks[0], weights)
 
     def weights(self) -> Weights:
         """The current version's trainable weights, as object refs."""
@@ -256,6 +303,8 @@ class LearnerGroup:
         """Replace every rank by a fresh one (a new process group, in the same placement group) and restore
         `checkpoint_dir`, else start over."""
         self._stop_ranks()
+        if self.sync is not None:
+            self.sync.reset()  # its sender was rank 0
         self._start(checkpoint_dir)
 
     def pids(self) -> list[int]:

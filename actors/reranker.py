@@ -41,3 +41,11 @@ class RerankerActor:
         """The inference selection of each query row, with `weights`."""
         self.installed.ensure(weights, self.policy.load_trainable_state_dict)
         return greedy_selections(self.policy, table, rows, queries, hits)
+
+    def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:
+        """Join the weight-sync group of the learner's rank 0 (`learner.weight_sync: broadcast`)."""
+        self.installed.join_sync(address, port, rank, world, timeout_s)
+
+    def receive_weights(self, publish_id: str, bucket_mb: int) -> None:
+        """Receive the version rank 0 is broadcasting; the next call naming `publish_id` installs it."""
+        self.installed.receive(publish_id, self.policy.trainable_state_dict(), bucket_mb << 20)

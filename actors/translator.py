@@ -35,3 +35,11 @@ class TranslatorActor:
         """The inference query of each question, with `weights`."""
         self.installed.ensure(weights, self.translator.load_trainable_state_dict)
         return self.translator.greedy(table.images, table.questions)
+
+    def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:
+        """Join the weight-sync group of the learner's rank 0 (`learner.weight_sync: broadcast`)."""
+        self.installed.join_sync(address, port, rank, world, timeout_s)
+
+    def receive_weights(self, publish_id: str, bucket_mb: int) -> None:
+        """Receive the version rank 0 is broadcasting; the next call naming `publish_id` installs it."""
+        self.installed.receive(publish_id, self.translator.trainable_state_dict(), bucket_mb << 20)

@@ -1,17 +1,19 @@
-"""Full-weight sync: seconds per published version, through the object store (today's path) and through a
-bucketed broadcast over a torch process group (gloo here, NCCL on GPUs), with LoRA off.
+"""Weight sync: seconds per published version through the object store and through the runtime's bucketed broadcast
+(`learner.weight_sync`: `mmrag.training.weight_broadcast` over a process group of its own, gloo here, NCCL on GPUs),
+for the full weights of a 0.5 B translator (LoRA off) and for its LoRA adapters.
 
 A learner actor holds a translator-sized causal LM (Qwen2-0.5B's shape, randomly initialised: nothing is
 downloaded) and `--replicas` replica actors hold the same architecture. One version is synced when every
 replica has installed it (copied into its own parameters) and could sample:
 
-* object store: the learner returns its state dict from a call (one copy into the store, as rank 0's `update`
-  does), each replica is handed the nested reference, fetches it and `load_state_dict`s it;
-* broadcast: the learner and the replicas are one gloo group; the learner packs the parameters into buckets of
-  `--bucket-mb` and broadcasts them one by one, each replica copying each bucket into its parameters.
+* object store: the learner returns its weights from a call (one copy into the store, as rank 0's `update`
+  does), each replica is handed the nested reference, fetches it and copies it into its parameters;
+* broadcast: the learner and the replicas are one sync group; the learner sends the weights in buckets of
+  `--bucket-mb` (`send_state`), each replica receives them (`receive_state`) and copies them in.
 
-The machine's memory-copy bandwidth (one large tensor copy) is measured in the same run, as the yardstick
-both paths are bounded by on one host. Results: benchmarks/results/weight_sync.json, a section of RESULTS.md.
+The same two paths are timed for the LoRA adapters the GPU preset trains (rank 16 on q/k/v/o, float32). The
+machine's memory-copy bandwidth (one large tensor copy) is measured in the same run, as the yardstick both paths
+are bounded by on one host. Results: benchmarks/results/weight_sync.json, a section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from benchmarks.results import machine, markdown_table, publish_figures
+from mmrag.training.weight_broadcast import join_sync_group, receive_state, send_state, serve_sync_store
 
 RESULTS_JSON = Path(__file__).with_name("results") / "weight_sync.json"
 QWEN2_05B_SHAPE = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
@@ -40,60 +43,58 @@ def build_model(dtype: str) -> torch.nn.Module:
         return Qwen2ForCausalLM(Qwen2Config(**QWEN2_05B_SHAPE)).to(getattr(torch, dtype))
 
 
-def buckets(params: list[torch.Tensor], bucket_bytes: int) -> list[list[torch.Tensor]]:
-    """Consecutive parameters grouped so each group's bytes stay under `bucket_bytes` (a larger tensor alone)."""
-    groups, current, size = [], [], 0
-    for param in params:
-        nbytes = param.numel() * param.element_size()
-        if current and size + nbytes > bucket_bytes:
-            groups.append(current)
-            current, size = [], 0
-        current.append(param)
-        size += nbytes
-    return groups + ([current] if current else [])
+def lora_adapters(rank: int = 16) -> dict[str, torch.Tensor]:
+    """LoRA A/B matrices of rank `rank` on every layer's q/k/v/o projections of the Qwen2-0.5B shape, float32."""
+    hidden, kv = QWEN2_05B_SHAPE["hidden_size"], 128  # 2 key-value heads of 64
+    shapes = {"q_proj": (hidden, hidden), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (hidden, hidden)}
+    torch.manual_seed(0)
+    return {f"layers.{layer}.{name}.lora_{part}": torch.randn(*(rank, fan_in) if part == "A" else (fan_out, rank))
+            for layer in range(QWEN2_05B_SHAPE["num_hidden_layers"]) for name, (fan_in, fan_out) in shapes.items()
+            for part in "AB"}
 
 
 @ray.remote(num_cpus=0)
 class WeightHolder:
-    """The learner (rank 0 of the sync group) or a policy replica: a model and its place in the gloo group."""
+    """The learner (member 0 of the sync group) or a policy replica: the weights of one payload (the model's
+    parameters, or LoRA adapters) and its place in the sync group."""
 
-    def __init__(self, dtype: str, bucket_mb: int):
+    def __init__(self, payload: str, dtype: str, bucket_mb: int):
         torch.set_num_threads(1)
-        self.model = build_model(dtype)
-        self.params = [p.data for p in self.model.parameters()]
+        self.weights = (dict(build_model(dtype).named_parameters()) if payload == "full"
+                        else lora_adapters())
+        self.weights = {name: tensor.detach() for name, tensor in self.weights.items()}
         self.bucket_bytes = bucket_mb << 20
 
     def parameter_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.params)
+        return sum(t.numel() * t.element_size() for t in self.weights.values())
 
     def rendezvous(self, world: int) -> tuple[str, int]:
-        self.store = torch.distributed.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+        self.store = serve_sync_store(world)
         return "127.0.0.1", self.store.port
 
     def join(self, rank: int, world: int, address: str, port: int) -> None:
-        store = getattr(self, "store", None) or torch.distributed.TCPStore(address, port, world, is_master=False)
-        torch.distributed.init_process_group("gloo", store=store, rank=rank, world_size=world)
+        self.group = join_sync_group(getattr(self, "store", None), address, port, rank, world, timeout_s=600)
         self.rank = rank
 
     def state_dict(self) -> dict:
-        """Today's path on the learner: the whole state dict, returned into the object store."""
-        return self.model.state_dict()
+        """The object-store path on the learner: the whole state, returned into the object store."""
+        return self.weights
+
+    def install(self, state: dict) -> None:
+        with torch.no_grad():
+            for name, tensor in state.items():
+                self.weights[name].copy_(tensor)
 
     def install_from_store(self, nested: list) -> int:
-        self.model.load_state_dict(ray.get(nested[0]))
+        self.install(ray.get(nested[0]))
         return 1
 
     def broadcast(self) -> int:
-        """Every member calls it: rank 0 sends bucket by bucket, the others copy each bucket into their params."""
-        for group in buckets(self.params, self.bucket_bytes):
-            flat = (torch.cat([p.reshape(-1) for p in group]) if self.rank == 0
-                    else torch.empty(sum(p.numel() for p in group), dtype=group[0].dtype))
-            torch.distributed.broadcast(flat, src=0)
-            if self.rank != 0:
-                offset = 0
-                for p in group:
-                    p.copy_(flat[offset:offset + p.numel()].view_as(p))
-                    offset += p.numel()
+        """Every member calls it: rank 0 sends bucket by bucket, the others receive and install."""
+        if self.rank == 0:
+            send_state(self.group, self.weights, self.bucket_bytes)
+        else:
+            self.install(receive_state(self.group, self.weights, self.bucket_bytes))
         return 1
 
 
@@ -109,9 +110,10 @@ def memcpy_gb_per_s(nbytes: int) -> float:
     return nbytes / min(times) / 1e9
 
 
-def measure(replica_count: int, versions: int, dtype: str, bucket_mb: int) -> dict:
-    learner = WeightHolder.remote(dtype, bucket_mb)
-    replicas = [WeightHolder.remote(dtype, bucket_mb) for _ in range(replica_count)]
+def measure(payload: str, replica_count: int, versions: int, dtype: str, bucket_mb: int) -> dict:
+    """Seconds per version of both paths for one payload ("full" or "lora")."""
+    learner = WeightHolder.remote(payload, dtype, bucket_mb)
+    replicas = [WeightHolder.remote(payload, dtype, bucket_mb) for _ in range(replica_count)]
     nbytes = ray.get(learner.parameter_bytes.remote())
     ray.get([r.__ray_ready__.remote() for r in replicas])
     world = replica_count + 1
@@ -135,25 +137,38 @@ def measure(replica_count: int, versions: int, dtype: str, bucket_mb: int) -> di
     broadcast = [broadcast_version() for _ in range(versions)]
     for actor in [learner, *replicas]:
         ray.kill(actor)
-    return {"parameter_bytes": nbytes, "replicas": replica_count, "dtype": dtype, "bucket_mb": bucket_mb,
-            "object_store_s_per_version": statistics.median(object_store),
-            "broadcast_s_per_version": statistics.median(broadcast),
-            "object_store_s": object_store, "broadcast_s": broadcast,
-            "memcpy_gb_per_s": memcpy_gb_per_s(min(nbytes, 1 << 30))}
+    return {"parameter_bytes": nbytes, "object_store_s_per_version": statistics.median(object_store),
+            "broadcast_s_per_version": statistics.median(broadcast), "object_store_s": object_store,
+            "broadcast_s": broadcast}
+
+
+def measure_all(replica_count: int, versions: int, dtype: str, bucket_mb: int) -> dict:
+    """Full weights (LoRA off) at the top level, as before; the LoRA adapters under "lora"; the memcpy yardstick."""
+    full = measure("full", replica_count, versions, dtype, bucket_mb)
+    lora = measure("lora", replica_count, versions, dtype, bucket_mb)
+    return {**full, "replicas": replica_count, "dtype": dtype, "bucket_mb": bucket_mb,
+            "broadcast_speedup": full["object_store_s_per_version"] / full["broadcast_s_per_version"],
+            "memcpy_gb_per_s": memcpy_gb_per_s(min(full["parameter_bytes"], 1 << 30)), "lora": lora}
 
 
 def report(figures: dict) -> str:
-    gb = figures["parameter_bytes"] / 1e9
-    rows = [[path, f"{figures[key]:.2f}", f"{gb * figures['replicas'] / figures[key]:.2f}"]
-            for path, key in (("object store (today)", "object_store_s_per_version"),
+    gb, lora_mb = figures["parameter_bytes"] / 1e9, figures["lora"]["parameter_bytes"] / 1e6
+    rows = [[payload, path, f"{part[key]:.3f}",
+             f"{part['parameter_bytes'] / 1e9 * figures['replicas'] / part[key]:.2f}"]
+            for payload, part in ((f"full weights ({gb:.2f} GB)", figures), (f"LoRA adapters ({lora_mb:.1f} MB)",
+                                                                               figures["lora"]))
+            for path, key in (("object store", "object_store_s_per_version"),
                               ("bucketed gloo broadcast", "broadcast_s_per_version"))]
     return "\n".join([
-        "## weight_sync: full-weight sync per version (benchmarks/weight_sync.py)", "",
-        f"Machine: {machine(with_load=True)}. Date: {time.strftime('%Y-%m-%d')}. A Qwen2-0.5B-shaped translator, "
-        f"LoRA off, {figures['dtype']}: {gb:.2f} GB per version, to {figures['replicas']} replicas on this host, "
-        f"each installing before it could sample; {figures['bucket_mb']} MB buckets. Median of the versions timed.",
-        "", markdown_table(["path", "s / version", "GB/s delivered (all replicas)"], rows), "",
-        f"Memory-copy bandwidth in the same run: {figures['memcpy_gb_per_s']:.1f} GB/s."])
+        "## weight_sync: weight sync per version (benchmarks/weight_sync.py)", "",
+        f"Machine: {machine(with_load=True)}. Date: {time.strftime('%Y-%m-%d')}. A Qwen2-0.5B-shaped translator: "
+        f"its full weights (LoRA off, {figures['dtype']}) and its rank-16 q/k/v/o LoRA adapters (float32), to "
+        f"{figures['replicas']} replicas on this host, each installing before it could sample; "
+        f"{figures['bucket_mb']} MB buckets; the broadcast is the runtime's own (`learner.weight_sync: broadcast`, "
+        f"mmrag/training/weight_broadcast.py). Median of the versions timed.", "",
+        markdown_table(["payload", "path", "s / version", "GB/s delivered (all replicas)"], rows), "",
+        f"Full weights: the broadcast is {figures['broadcast_speedup']:.1f}x faster per version. Memory-copy "
+        f"bandwidth in the same run: {figures['memcpy_gb_per_s']:.1f} GB/s."])
 
 
 def main() -> None:
@@ -166,7 +181,7 @@ def main() -> None:
     args = parser.parse_args()
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        figures = measure(args.replicas, args.versions, args.dtype, args.bucket_mb)
+        figures = measure_all(args.replicas, args.versions, args.dtype, args.bucket_mb)
     finally:
         ray.shutdown()
     publish_figures(report(figures), figures, RESULTS_JSON, write=not args.print_only)

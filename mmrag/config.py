@@ -316,6 +316,20 @@ class LearnerConfig:
     call_timeout_s: float = 600.0
     """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
     timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    durable_weights: bool = True
+    """Also write every version rank 0 publishes to RUN_DIR/weights (the newest train.max_policy_lag + 2 kept), so a
+    policy replica that cannot fetch it from the object store (the node holding it was lost) reads it there
+    (`mmrag.training.published_weights`); off, such a call fails as if its replica were lost."""
+    weight_sync: str = "object_store"
+    """How a published version reaches the policy replicas: "object_store" (each replica fetches rank 0's copy when
+    a call names the version) or "broadcast" (rank 0 also sends it, bucket by bucket, over a process group of its
+    own with the translator's and the reranker's replicas, each installing it before its next call; the object
+    store stays the fallback of a replica that missed it). Measured with LoRA off in benchmarks/weight_sync.py."""
+    sync_bucket_mb: int = 256
+    """Bucket size of the "broadcast" weight sync."""
+    sync_timeout_s: float = 60.0
+    """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
+    a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""
     max_restores: int = 3
     """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
     naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of

@@ -52,6 +52,8 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
         cleanup.callback(pools.shutdown)
         learner = LearnerGroup(cfg, rank_class=classes.learn)
         cleanup.callback(learner.shutdown)
+        learner.attach_policy_replicas({"translator": pools.pools["translate"].actors,
+                                        "reranker": pools.pools["rerank"].actors})
         summary = train(cfg, pools, learner, resume=resume, progress=progress, stop=stop)
         summary["generator_throughput"] = pools.generator_throughput()
         summary["redispatched_calls"] = pools.redispatched_calls()

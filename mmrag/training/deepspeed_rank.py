@@ -7,7 +7,8 @@ owning only that component's trainable modules. `update` takes this rank's slice
 `roots[rank::W]` of a scored batch, runs the local loss (`mmrag.training.updates`) through
 the engine's forward weighted by the rank's share of the examples, and steps, so W ranks
 take `LocalLearner`'s step on the whole batch; then every rank joins in publishing the new
-trainable weights, which rank 0 returns. `save`/`load` checkpoint engines and optimiser
+trainable weights, which rank 0 returns (and, with `learner.durable_weights`, also writes to the run's
+storage: `mmrag.training.published_weights`). `save`/`load` checkpoint engines and optimiser
 states; `export` writes the trained components (rank 0).
 """
 
@@ -17,6 +18,7 @@ import contextlib
 import datetime
 import os
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +29,8 @@ from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
                                     rollouts_of, trainable_parameters, trained_components)
+from mmrag.training.published_weights import write_published
+from mmrag.training.weight_broadcast import send_state
 from mmrag.training.updates import LocalLoss, example_count
 
 TrainableWeights = tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
@@ -101,6 +105,8 @@ class DeepSpeedRank:
         self.device = join_process_group(rank, world, address, port, cfg.learner.use_gpu, cfg.learner.call_timeout_s,
                                          store)
         self.version = 0
+        self.published: dict[str, dict] = {}
+        """Rank 0: the last published trainable weights per component (what `send_published` sends)."""
         self.translator, self.reranker = load_trainable_components(cfg, str(self.device))
         # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
         # reference copy) stay plain replicated modules on every rank.
@@ -134,22 +140,34 @@ class DeepSpeedRank:
                                                       for p in engine.module.parameters()])
         return deepspeed.zero.GatheredParameters([p for params in self.trainable.values() for p in params])
 
-    def publish(self) -> TrainableWeights | None:
-        """The current trainable weights on rank 0 (None on the others); every rank must call it."""
+    def publish(self) -> tuple[TrainableWeights | None, dict]:
+        """The current trainable weights on rank 0 (None on the others), kept for `send_published`, and
+        {"publish_id", "durable"}: a fresh id, and where rank 0 also wrote them in the run's storage
+        (`learner.durable_weights`, else None); every rank must call it."""
         with self._gathered():
             if self.rank != 0:
-                return None
-            return self.translator.trainable_state_dict(), self.reranker.trainable_state_dict()
+                return None, {"publish_id": "", "durable": None}
+            weights = self.translator.trainable_state_dict(), self.reranker.trainable_state_dict()
+        self.published = dict(zip(COMPONENTS, weights))
+        durable = None
+        if self.cfg.learner.durable_weights:
+            durable = write_published(self.cfg.train.run_dir, self.version, self.published,
+                                      keep=self.cfg.train.max_policy_lag + 2)
+        return weights, {"publish_id": uuid.uuid4().hex, "durable": durable}
+
+    def send_published(self, component: str, group: torch.distributed.ProcessGroup) -> None:
+        """Rank 0: broadcast the last published `component` weights to the sync group (`weight_broadcast`)."""
+        send_state(group, self.published[component], self.cfg.learner.sync_bucket_mb << 20, self.device.type)
 
     def update(self, roots: list) -> tuple[dict, TrainableWeights | None]:
-        """One step per trained component, then publish: ({"version", "losses", "seconds", "rollouts"}, rank 0's
-        weights)."""
+        """One step per trained component, then publish: ({"version", "losses", "seconds", "rollouts", "publish_id",
+        "durable"}, rank 0's weights)."""
         start = time.perf_counter()
         losses = {name: self._step(name, roots) for name in trained_components(self.cfg)}
         self.version += 1
-        weights = self.publish()
+        weights, published = self.publish()
         return ({"version": self.version, "losses": losses, "seconds": time.perf_counter() - start,
-                 "rollouts": rollouts_of(roots)}, weights)
+                 "rollouts": rollouts_of(roots), **published}, weights)
 
     def _step(self, name: str, roots: list) -> dict:
         """Forward, backward and step on every rank, or on none when no rank has an example (as LocalLearner skips).

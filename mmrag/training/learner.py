@@ -56,6 +56,11 @@ class Weights:
     generation: int = 0
     """The run's restore generation when these weights were published (the trainer stamps it): with `version`,
     the weights id, never the same for two different sets of weights of one run."""
+    publish_id: str = ""
+    """Unique per publication by the learner: a replica that received these weights by broadcast knows them by it."""
+    durable: str | None = None
+    """Where the learner also wrote them in the run's storage (`mmrag.training.published_weights`), if it did: what
+    a replica reads when the object store lost them with the publishing node."""
 
     @property
     def id(self) -> str:
