@@ -110,6 +110,9 @@ class Call:
         self.counts_next = True
         """Whether the dispatch after the back-off counts as an attempt (a replica that was restarting: no)."""
         self.refs: list = []
+        """What to wait on: the call's first return value (of a method with several, the others are `returned`)."""
+        self.returned: list = []
+        """Every return value's ref of the latest dispatch."""
         self.value: Any = None
         self.error: str | None = None
         self.done = False
@@ -118,7 +121,9 @@ class Call:
         pool = self.pool
         self.replica, self.attempts = pool.pick(), self.attempts + counted
         self.deadline = time.monotonic() + pool.deadline_s
-        self.refs = [getattr(pool.actors[self.replica], self.method).remote(*self.args)]
+        returned = getattr(pool.actors[self.replica], self.method).remote(*self.args)
+        self.returned = returned if isinstance(returned, list) else [returned]
+        self.refs = self.returned[:1]
         pool.in_flight[self.replica] += 1
 
     def settle(self) -> None:
