@@ -3,7 +3,7 @@
 One `ReplicaPool` per stage: translator replicas, encoder replicas, one pool per retrieval
 shard, reranker replicas, the generator pool and the reward pool. `submit` starts one stage
 call on a micro-batch and returns a future; `wait` blocks until some finish, re-dispatching
-calls whose replica died or passed its deadline (`pools.call_timeout_s`). A micro-batch's `QuestionTable` is put in the object store once
+calls whose replica died or passed its deadline (`actors.pool`). A micro-batch's `QuestionTable` is put in the object store once
 (`share`) and every call takes that reference, so images never pass through the driver
 again; retrieval chains the encoder's vectors straight into the shards' searches (the driver
 reads only their count) and merges their top-K on the driver. The blocking `Stages` methods (evaluation) run the same calls.
@@ -174,7 +174,8 @@ class ActorPools:
             _wait_started(stage, actors)
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
         router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
-        limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s)
+        limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
+                  settings.call_timeout_factor, settings.min_call_timeout_s)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
         return cls(cfg, pools, shards, router, placement)
