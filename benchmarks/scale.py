@@ -16,6 +16,11 @@ a model's. Measured in one run:
   train split loaded, its question cursor built) with a train split of 100,000 questions over one of 10,000 (the
   same 64x64 PNG images, cycled, as world v2's; images stay in the file, `mmrag.data.dataset.StoredImage`).
 
+* `driver_bytes_per_leaf` (before/after): bytes the driver ships or fetches per leaf for what this change moved
+  off it: the micro-batch's question table (decoded images before, file references after) and the encoder's
+  query vectors (fetched before, passed to the shards by reference after); a micro-batch of the GPU preset, the
+  encoder dimension of `--vector-dim`. Hits, evidence texts and the learner's trees still pass through it.
+
 Results: benchmarks/results/scale.json, and a section of benchmarks/RESULTS.md.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -37,10 +43,12 @@ from PIL import Image
 
 from actors.pool import ReplicaPool
 from benchmarks.results import machine, markdown_table, publish_figures
-from mmrag.data.dataset import QUESTION_SCHEMA, encode_image, questions_file
+from mmrag.data.dataset import QUESTION_SCHEMA, encode_image, load_questions, questions_file
+from mmrag.training.stages import QuestionTable
 
 RESULTS_JSON = Path(__file__).with_name("results") / "scale.json"
-LEAVES_PER_CALL = 2 * 4 * 4
+QUESTIONS_PER_CALL, QUERIES_PER_QUESTION = 2, 4
+LEAVES_PER_CALL = QUESTIONS_PER_CALL * QUERIES_PER_QUESTION * 4
 """One micro-batch of the GPU preset (train.micro_batch_size 2, 4 queries, 4 selections each)."""
 CALLS_PER_MICRO_BATCH = 9
 """About how many remote calls the driver makes per micro-batch today (counted in issue 24)."""
@@ -94,7 +102,7 @@ def drive(pool: ReplicaPool, calls: int) -> tuple[float, float]:
 def pool_of(replicas: int, seconds: float) -> ReplicaPool:
     actors = [SleepingStage.remote(seconds) for _ in range(replicas)]
     ray.get([actor.__ray_ready__.remote() for actor in actors])
-    return ReplicaPool("generator", actors, calls_per_replica=2, retries=1)
+    return ReplicaPool("generator", actors, calls_per_replica=2, retries=1, deadline_s=600.0)
 
 
 def measure(replica_counts: list[int], call_s: float, calls_per_replica: int, dispatch_calls: int) -> dict:
@@ -128,11 +136,25 @@ def write_train_split(data_dir: Path, count: int, images: list[bytes]) -> None:
     pq.write_table(table, data_dir / questions_file("train"), row_group_size=1024, use_dictionary=["id", "question"])
 
 
+def driver_bytes_per_leaf(data_dir: Path, vector_dim: int) -> dict[str, float]:
+    """Bytes through the driver per leaf for one micro-batch's question table and query vectors, before (decoded
+    images shipped, vectors fetched) and after (file references shipped, vectors passed by reference)."""
+    questions = load_questions(data_dir, "train")[:QUESTIONS_PER_CALL]
+    stored = QuestionTable.of(questions)
+    decoded = QuestionTable([q.image for q in questions], stored.questions, stored.references)
+    vectors = QUESTIONS_PER_CALL * QUERIES_PER_QUESTION * vector_dim * 4  # float32 rows
+    return {"before": (len(pickle.dumps(decoded)) + vectors) / LEAVES_PER_CALL,
+            "after": len(pickle.dumps(stored)) / LEAVES_PER_CALL, "vector_dim": vector_dim}
+
+
+def synthetic_images() -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [encode_image(Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))) for _ in range(64)]
+
+
 def driver_startup_rss(splits: tuple[int, ...] = RSS_SPLITS) -> dict[str, int]:
     """Peak RSS in bytes of a fresh driver process at start-up, per train split size."""
-    rng = np.random.default_rng(0)
-    images = [encode_image(Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).resize((64, 64)))
-              for _ in range(64)]
+    images = synthetic_images()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     peaks = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,7 +183,11 @@ def report(figures: dict, replica_counts: list[int]) -> str:
         "",
         f"Driver peak RSS at start-up (imports, train split loaded, cursor built; images left in the file): "
         + ", ".join(f"{int(n):,} questions {rss / 2**20:.0f} MiB" for n, rss in figures["driver_rss_bytes"].items())
-        + f"; ratio {figures['driver_rss_ratio_100k_over_10k']:.2f} (target <= 1.2)."])
+        + f"; ratio {figures['driver_rss_ratio_100k_over_10k']:.2f} (target <= 1.2).",
+        f"Bytes through the driver per leaf for the question table and the query vectors (64x64 PNG images, "
+        f"{figures['driver_bytes_per_leaf']['vector_dim']}-d vectors): before "
+        f"{figures['driver_bytes_per_leaf']['before']:.0f}, after {figures['driver_bytes_per_leaf']['after']:.0f} "
+        "(hits, evidence texts and the learner's trees still pass through the driver)."])
 
 
 def main() -> None:
@@ -170,6 +196,7 @@ def main() -> None:
     parser.add_argument("--call-s", type=float, default=0.5, help="simulated seconds per micro-batch call")
     parser.add_argument("--calls-per-replica", type=int, default=8, help="timed calls per replica at each count")
     parser.add_argument("--dispatch-calls", type=int, default=2000, help="zero-cost calls timed for dispatch capacity")
+    parser.add_argument("--vector-dim", type=int, default=512, help="encoder dimension (default 512, a ViT-B CLIP)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
@@ -179,6 +206,9 @@ def main() -> None:
         ray.shutdown()
     rss = driver_startup_rss()
     figures.update(driver_rss_bytes=rss, driver_rss_ratio_100k_over_10k=rss["100000"] / rss["10000"])
+    with tempfile.TemporaryDirectory() as tmp:
+        write_train_split(Path(tmp), 16, synthetic_images())
+        figures["driver_bytes_per_leaf"] = driver_bytes_per_leaf(Path(tmp), args.vector_dim)
     publish_figures(report(figures, args.replicas), figures, RESULTS_JSON, write=not args.print_only)
 
 
