@@ -3,10 +3,12 @@
 One `ReplicaPool` per stage: translator replicas, encoder replicas, one pool per retrieval
 shard, reranker replicas, the generator pool and the reward pool. `submit` starts one stage
 call on a micro-batch and returns a future; `wait` blocks until some finish, re-dispatching
-calls whose replica died or passed its deadline (`actors.pool`). A micro-batch's `QuestionTable` is put in the object store once
+calls whose replica died or passed its deadline (`actors.pool`). A micro-batch's `QuestionTable`
+is put in the object store once
 (`share`) and every call takes that reference, so images never pass through the driver
 again; retrieval chains the encoder's vectors straight into the shards' searches (the driver
-reads only their count) and merges their top-K on the driver. The blocking `Stages` methods (evaluation) run the same calls.
+reads only their count) and merges their top-K on the driver. The blocking `Stages` methods
+(evaluation) run the same calls.
 Policy calls carry the weights version installed last (`install`), so every replica samples
 with the version the driver asks for, including one Ray has just restarted.
 """

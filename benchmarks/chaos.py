@@ -4,7 +4,7 @@ Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECO
 from the repository root, with the config's dataset and index built. For each lag, trains
 twice with the same config (a checkpoint every step at lag > 0): once undisturbed, once with
 a killer thread that every `--every` seconds picks one process at random among this run's
-stage actors and learner ranks and SIGKILLs it, or, every third time, SIGSTOPs a generator
+stage actors and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a generator
 or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
 so the deadline has to find it: the tighter deadline of a replica that has answered since it
 started (`pools.call_timeout_factor` times its pool's slowest recent answer, at least
@@ -58,8 +58,8 @@ def actor_processes() -> dict[int, str]:
 
 
 class Killer(threading.Thread):
-    """Every `every` seconds, SIGKILL one random actor process, or (every third fault) SIGSTOP a generator or
-    shard for `stop_s` seconds; counts what it did."""
+    """Every `every` seconds, SIGKILL one random actor process, or (every third fault, from the first) SIGSTOP a
+    generator or shard for `stop_s` seconds; counts what it did."""
 
     def __init__(self, every: float, seed: int, stop_s: float):
         super().__init__(daemon=True)
@@ -69,7 +69,7 @@ class Killer(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(self.every):
             processes = actor_processes()
-            hang = sum(self.faults.values()) % 3 == 2
+            hang = sum(self.faults.values()) % 3 == 0  # the first fault a hang: short runs see one too
             candidates = sorted(p for p, kind in processes.items() if not hang or kind in HANGABLE)
             if not candidates:
                 continue
@@ -144,7 +144,8 @@ def main() -> None:
         f"## Chaos ({results['date']})",
         f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; "
         f"{args.steps} steps per run; in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
-        f"({60 / args.every:.1f} faults per minute), every third fault instead a generator or shard SIGSTOPped for "
+        f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
+        f"shard SIGSTOPped for "
         f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
         f"that has answered since it started; seed {args.seed}); a checkpoint every step at lag > 0, every 5 at "
         f"lag 0.",
