@@ -31,8 +31,14 @@ class EncoderActor:
 
     def encode_texts(self, texts: list[str]) -> np.ndarray:
         """[n, dim] float32 unit vectors."""
+        return self.encoder.encode_texts(texts)
+
+    @ray.method(num_returns=2)
+    def encode_queries(self, texts: list[str]) -> tuple[int, np.ndarray]:
+        """(their count, vectors as `encode_texts`): the rollout waits on the count alone and passes the vectors
+        to the shards by reference, so they never reach the driver."""
         vectors = self.encoder.encode_texts(texts)
-        return vectors
+        return len(vectors), vectors
 
     def encode_images(self, images: list[Image.Image]) -> np.ndarray:
         """[n, dim] float32 unit vectors."""

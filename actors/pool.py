@@ -9,8 +9,11 @@ preferring another replica, up to `retries` times, after a doubling back-off whe
 replica has just lost one (a replica Ray is still restarting spends no attempt); a call that
 raised in the actor's own code is not retried (it would fail again) and fails its micro-batch.
 
-Every call has a deadline (`pools.call_timeout_s`): one past it is treated as lost, its
-replica hung (a wedged device call, a process stopped by the OS). The replica is killed
+Every call has a deadline: one past it is treated as lost, its replica hung (a wedged device
+call, a process stopped by the OS). A replica that has answered since it (re)started gets
+`pools.call_timeout_factor` times the slowest of the pool's recent answers (within
+[`pools.min_call_timeout_s`, `pools.call_timeout_s`]), so a hang costs seconds, not minutes;
+one that is starting (loading its model) gets `pools.call_timeout_s`. The replica is killed
 (`ray.kill`, so Ray restarts it) and avoided for a period that doubles with each timeout in a
 row, and the call is re-dispatched like a call whose replica died. A replica that times out
 `MAX_TIMEOUTS_IN_A_ROW` times in a row leaves the pool until it answers a health check.
@@ -19,6 +22,7 @@ row, and the call is re-dispatched like a call whose replica died. A replica tha
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,13 +35,17 @@ SUSPECT_SECONDS = 10.0
 """How long a replica that lost a call is avoided when others have room (doubling per timeout in a row)."""
 MAX_TIMEOUTS_IN_A_ROW = 2
 """Timeouts in a row after which a replica leaves its pool until it answers a health check."""
-BACKOFF_S = 1.0
-"""First wait before re-sending a call when every replica of its pool has just lost one (doubling per re-send)."""
-MAX_BACKOFF_S = 16.0
+BACKOFF_S = 0.25
+"""First wait before re-sending a call when every replica of its pool has just lost one (doubling per re-send;
+a call sent to a replica Ray is restarting waits in Ray's queue for it, so short waits suffice)."""
+MAX_BACKOFF_S = 4.0
+RECENT_ANSWERS = 32
+"""Answer times a pool keeps for its tighter deadline (`timeout_factor`)."""
 
 
 class ReplicaPool:
-    def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float):
+    def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float,
+                 timeout_factor: float = 0.0, min_timeout_s: float = 0.0):
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
@@ -46,6 +54,11 @@ class ReplicaPool:
             raise ValueError(f"pools.call_timeout_s: expected > 0, got {deadline_s}")
         self.name, self.actors = name, actors
         self.calls_per_replica, self.retries, self.deadline_s = calls_per_replica, retries, deadline_s
+        self.timeout_factor, self.min_timeout_s = timeout_factor, min_timeout_s
+        self.answer_seconds: deque[float] = deque(maxlen=RECENT_ANSWERS)
+        """Dispatch-to-answer seconds of the pool's latest calls."""
+        self.started = [False] * len(actors)
+        """Whether each replica has answered since it (re)started (then it gets the tighter deadline)."""
         self.in_flight = [0] * len(actors)
         self.suspect_until = [0.0] * len(actors)
         self.timeouts_in_a_row = [0] * len(actors)
@@ -68,6 +81,22 @@ class ReplicaPool:
         call.dispatch()
         return call
 
+    def deadline_for(self, replica: int) -> float:
+        """Seconds a call to `replica` may take before it counts as hung."""
+        if not (self.timeout_factor and self.started[replica] and self.answer_seconds):
+            return self.deadline_s
+        return min(self.deadline_s, max(self.min_timeout_s, self.timeout_factor * max(self.answer_seconds)))
+
+    def answered(self, replica: int, seconds: float) -> None:
+        self.answer_seconds.append(seconds)
+        self.started[replica] = True
+        self.timeouts_in_a_row[replica] = 0
+
+    def lost(self, replica: int) -> None:
+        """`replica` died or was killed: avoid it for a while; it is starting again (Ray restarts it)."""
+        self.suspect_until[replica] = time.monotonic() + SUSPECT_SECONDS
+        self.started[replica] = False
+
     def pick(self) -> int:
         now = time.monotonic()
         return min(self.serving(), key=lambda i: (self.suspect_until[i] > now, self.in_flight[i], i))
@@ -77,6 +106,7 @@ class ReplicaPool:
         self.timed_out += 1
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
+        self.lost(replica)
         self.suspect_until[replica] = time.monotonic() + SUSPECT_SECONDS * 2 ** (misses - 1)
         ray.kill(self.actors[replica], no_restart=False)
         if misses >= MAX_TIMEOUTS_IN_A_ROW:
@@ -105,11 +135,14 @@ class Call:
     def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any]):
         self.pool, self.method, self.args, self.finish = pool, method, args, finish
         self.replica, self.attempts, self.resends = -1, 0, 0
-        self.deadline = 0.0
+        self.sent = self.timeout_s = self.deadline = 0.0
         """When `expire` must look at the call: its answer's deadline, or (no refs: backing off) its re-send time."""
         self.counts_next = True
         """Whether the dispatch after the back-off counts as an attempt (a replica that was restarting: no)."""
         self.refs: list = []
+        """What to wait on: the call's first return value (of a method with several, the others are `returned`)."""
+        self.returned: list = []
+        """Every return value's ref of the latest dispatch."""
         self.value: Any = None
         self.error: str | None = None
         self.done = False
@@ -117,8 +150,12 @@ class Call:
     def dispatch(self, counted: bool = True) -> None:
         pool = self.pool
         self.replica, self.attempts = pool.pick(), self.attempts + counted
-        self.deadline = time.monotonic() + pool.deadline_s
-        self.refs = [getattr(pool.actors[self.replica], self.method).remote(*self.args)]
+        self.sent = time.monotonic()
+        self.timeout_s = pool.deadline_for(self.replica)
+        self.deadline = self.sent + self.timeout_s
+        returned = getattr(pool.actors[self.replica], self.method).remote(*self.args)
+        self.returned = returned if isinstance(returned, list) else [returned]
+        self.refs = self.returned[:1]
         pool.in_flight[self.replica] += 1
 
     def settle(self) -> None:
@@ -127,12 +164,12 @@ class Call:
         pool.in_flight[self.replica] -= 1
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
-            pool.timeouts_in_a_row[self.replica] = 0
+            pool.answered(self.replica, time.monotonic() - self.sent)
         except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
-            pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
+            pool.lost(self.replica)
             self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
-            pool.suspect_until[self.replica] = time.monotonic() + SUSPECT_SECONDS
+            pool.lost(self.replica)
             self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
@@ -148,7 +185,8 @@ class Call:
         pool = self.pool
         pool.in_flight[self.replica] -= 1
         pool.hung(self.replica)
-        self._resend(f"no answer within {pool.deadline_s:g} s, {self.attempts} times (pools.call_timeout_s)")
+        self._resend(f"no answer within {self.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
+                     "pools.call_timeout_factor)")
         return True
 
     def _resend(self, failure: str, counted: bool = True) -> None:

@@ -3,10 +3,12 @@
 One `ReplicaPool` per stage: translator replicas, encoder replicas, one pool per retrieval
 shard, reranker replicas, the generator pool and the reward pool. `submit` starts one stage
 call on a micro-batch and returns a future; `wait` blocks until some finish, re-dispatching
-calls whose replica died or passed its deadline (`pools.call_timeout_s`). A micro-batch's `QuestionTable` is put in the object store once
+calls whose replica died or passed its deadline (`actors.pool`). A micro-batch's `QuestionTable`
+is put in the object store once
 (`share`) and every call takes that reference, so images never pass through the driver
-again; retrieval chains the encoder's output straight into the shards' searches and merges
-their top-K on the driver. The blocking `Stages` methods (evaluation) run the same calls.
+again; retrieval chains the encoder's vectors straight into the shards' searches (the driver
+reads only their count) and merges their top-K on the driver. The blocking `Stages` methods
+(evaluation) run the same calls.
 Policy calls carry the weights version installed last (`install`), so every replica samples
 with the version the driver asks for, including one Ray has just restarted.
 """
@@ -38,11 +40,13 @@ HEALTH_POLL_S = 1.0
 
 
 class RetrievalCall:
-    """Encode the queries on an encoder replica, search every shard with the vectors, merge the top-K."""
+    """Encode the queries on an encoder replica, search every shard with the vectors, merge the top-K.
+
+    The driver waits on the encoder's vector count only; the vectors go to the shards by reference."""
 
     def __init__(self, encoders: ReplicaPool, shards: list[ReplicaPool], queries: list[str], k: int):
         self.shards, self.k = shards, k
-        self.encode = encoders.call("encode_texts", queries, finish=lambda vectors: None)
+        self.encode = encoders.call("encode_queries", queries)
         self.searches = self._searches()
         self.value: list[list[Hit]] | None = None
         self.error: str | None = None
@@ -52,7 +56,7 @@ class RetrievalCall:
         """The shards' searches on the encoder's vectors (none while the encode call backs off)."""
         if not self.encode.refs or self.encode.error:
             return []
-        return [pool.call("search", self.encode.refs[0], self.k) for pool in self.shards]
+        return [pool.call("search", self.encode.returned[1], self.k) for pool in self.shards]
 
     @property
     def refs(self) -> list:
@@ -172,7 +176,8 @@ class ActorPools:
             _wait_started(stage, actors)
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
         router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
-        limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s)
+        limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
+                  settings.call_timeout_factor, settings.min_call_timeout_s)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
         return cls(cfg, pools, shards, router, placement)

@@ -34,7 +34,7 @@ class DeviceTime:
 
 TIMED_CALLS: dict[str, tuple[str, Callable[..., int]]] = {
     "translate": ("sample", lambda table, n, *_: len(table) * n),
-    "retrieve": ("encode_texts", lambda texts: len(texts)),
+    "retrieve": ("encode_queries", lambda texts: len(texts)),
     "rerank": ("sample", lambda table, rows, queries, hits, m, *_: len(rows) * m),
     "score": ("score", lambda table, rows, answers: len(rows)),
     "learn": ("update", lambda roots: len(roots)),

@@ -355,6 +355,12 @@ class PoolsConfig:
     call_timeout_s: float = 300.0
     """Deadline of one stage call: past it the replica counts as hung, is killed (Ray restarts it) and the call is
     re-dispatched; two timeouts in a row take a replica out of its pool until it answers a health check."""
+    call_timeout_factor: float = 8.0
+    """Tighter deadline for a replica that has answered since it (re)started: this many times the slowest of its
+    pool's recent answers, at least `min_call_timeout_s` and at most `call_timeout_s` (a hung replica is found in
+    seconds, not minutes); 0: always `call_timeout_s`. A replica that is starting gets `call_timeout_s`."""
+    min_call_timeout_s: float = 5.0
+    """Floor of the tighter deadline (`call_timeout_factor`)."""
 
 
 @dataclass

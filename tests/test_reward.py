@@ -137,7 +137,7 @@ def test_reward_actor_scores_in_ray(ray_session):
 
     cfg = RewardConfig(backend="rule", metric="exact_match")
     actor = ray_session.remote(RewardActor).options(num_gpus=cfg.num_gpus).remote(cfg, "unused")
-    table = QuestionTable(images=[None] * 3, questions=QUESTIONS, references=REFERENCES)
+    table = QuestionTable(image_sources=[None] * 3, questions=QUESTIONS, references=REFERENCES)
     scores = ray_session.get(actor.score.remote(table, [0, 1, 2], ["1889", "120 m", "Eiffel Tower"]))
     assert scores == [1.0, 1.0, 0.0]
     ray_session.kill(actor)

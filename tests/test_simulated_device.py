@@ -30,7 +30,7 @@ def test_a_simulated_reward_actor_scores_as_the_real_one_and_sleeps_its_cost(ray
     cost = DeviceTime(per_call_s=0.3, per_item_s=0.1)  # 0.3 + 3 x 0.1 = 0.6 s for three leaves
     actor = ray_session.remote(simulated_actors({"score": cost}).score).remote(
         RewardConfig(backend="rule", metric="exact_match"), "unused")
-    table = QuestionTable(images=[None] * 3, questions=["q1", "q2", "q3"], references=[["a"], ["b"], ["c"]])
+    table = QuestionTable(image_sources=[None] * 3, questions=["q1", "q2", "q3"], references=[["a"], ["b"], ["c"]])
     ray_session.get(actor.__ray_ready__.remote())
     start = time.perf_counter()
     scores = ray_session.get(actor.score.remote(table, [0, 1, 2], ["a", "x", "c"]))

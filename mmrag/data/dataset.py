@@ -11,12 +11,16 @@ serving tests) reads it only through `load_kb` and `load_questions`:
                              demands; world v2 writes it; files without it load as kind "unknown")
 
 Readers validate as they go and name the file, row and column of anything they cannot use.
+`load_questions` leaves every image in its file (a `StoredImage`: file and row): a question's
+image is read and decoded where it is used (a stage actor, a learner rank), so the process that
+loads a split (the driver) holds its texts only, whatever the images weigh.
 """
 
 from __future__ import annotations
 
+import functools
 import io
-from collections.abc import Callable
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,12 +76,33 @@ class Doc:
     entity_id: str = ""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    """An image left in a questions file: row `row` of its `image` column (encoded bytes, or a path relative to
+    the file's directory), read and decoded by `load` in the process that uses it."""
+
+    file: str
+    row: int
+
+    def load(self) -> Image.Image:
+        return _decoded_cell(Path(self.file), self.row, _image_cell(self.file, self.row))
+
+
+ImageSource = Image.Image | StoredImage
+"""A question's image: decoded already (built in memory), or left in its file."""
+
+
+def resolve_image(source: ImageSource) -> Image.Image:
+    return source.load() if isinstance(source, StoredImage) else source
+
+
+@dataclass(slots=True)
 class Question:
     """An image plus a question whose answer is in the knowledge base, not in the image."""
 
     id: str
-    image: Image.Image
+    image_source: ImageSource
+    """The image, or where it is stored (`image` decodes it)."""
     question: str
     answers: list[str]
     entity_id: str = ""
@@ -85,6 +110,11 @@ class Question:
     """Passages the answer needs (none for a visual question: the image suffices)."""
     kind: str = UNKNOWN_KIND
     """visual, one-fact, two-fact, or unknown where the data does not say (v1 data: all one-fact)."""
+
+    @property
+    def image(self) -> Image.Image:
+        """The decoded image (read from its file each time when stored: decode where it is used)."""
+        return resolve_image(self.image_source)
 
 
 def questions_file(split: str) -> str:
@@ -145,23 +175,23 @@ def load_kb(data_dir: str | Path) -> list[Doc]:
     """Every KB document, images decoded; doc ids must be unique."""
     path = Path(data_dir) / KB_FILE
     rows = _read_rows(path, KB_REQUIRED)
-    images = _image_reader(path, rows.schema)
     docs, first_row = [], {}
     for index, row in enumerate(rows.records):
         doc_id = row["doc_id"]
         if doc_id in first_row:
             raise DatasetError(f"{path}: row {index} column 'doc_id': {doc_id!r} already used by row {first_row[doc_id]}")
         first_row[doc_id] = index
-        image = None if row.get("image") is None else images(row["image"], index)
+        image = None if row.get("image") is None else _decoded_cell(path, index, row["image"])
         docs.append(Doc(row["doc_id"], row.get("title") or "", row["text"], image, row.get("entity_id") or ""))
     return docs
 
 
 def load_questions(data_dir: str | Path, split: str) -> list[Question]:
-    """The questions of one split (train, val or test), images decoded."""
+    """The questions of one split (train, val or test); each image left in the file (`StoredImage`), so loading
+    costs the texts' memory only. A null image is an error here, an undecodable one where it is decoded."""
     path = Path(data_dir) / questions_file(split)
-    rows = _read_rows(path, QUESTION_REQUIRED)
-    images = _image_reader(path, rows.schema)
+    rows = _read_rows(path, QUESTION_REQUIRED, leave_out="image")
+    file = str(path.resolve())
     questions = []
     for index, row in enumerate(rows.records):
         answers = row["answers"]
@@ -175,7 +205,7 @@ def load_questions(data_dir: str | Path, split: str) -> list[Question]:
                                f"(or null), got {kind!r}")
         questions.append(Question(
             id=row["id"],
-            image=images(row["image"], index),
+            image_source=StoredImage(file, index),
             question=row["question"],
             answers=answers,
             entity_id=row.get("entity_id") or "",
@@ -191,36 +221,73 @@ class _Rows:
     records: list[dict[str, Any]]
 
 
-def _read_rows(path: Path, required: tuple[str, ...]) -> _Rows:
+def _read_rows(path: Path, required: tuple[str, ...], leave_out: str | None = None) -> _Rows:
+    """The file's rows, required columns checked for presence and nulls; column `leave_out` is checked but not
+    read (its nulls counted from the file's statistics, or one row group at a time where it has none)."""
     if not path.is_file():
         expected = ", ".join([KB_FILE] + [questions_file(split) for split in SPLITS])
         raise DatasetError(f"{path}: file not found (a dataset dir holds {expected})")
     try:
-        table = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        missing = [name for name in required if name not in names]
+        if missing:
+            raise DatasetError(f"{path}: missing column {missing[0]!r} "
+                               f"(required: {', '.join(required)}; found: {', '.join(names)})")
+        table = parquet.read(columns=[name for name in names if name != leave_out])
+        if leave_out is not None:
+            _check_no_nulls(path, parquet, leave_out)
     except (pa.ArrowException, OSError) as exc:
         raise DatasetError(f"{path}: not a readable Parquet file ({exc})") from None
-    missing = [name for name in required if name not in table.column_names]
-    if missing:
-        raise DatasetError(f"{path}: missing column {missing[0]!r} "
-                           f"(required: {', '.join(required)}; found: {', '.join(table.column_names)})")
     records = table.to_pylist()
     for index, record in enumerate(records):
         for name in required:
-            if record[name] is None:
+            if name != leave_out and record[name] is None:
                 raise DatasetError(f"{path}: row {index} column {name!r}: null, but this column is required")
-    return _Rows(table.schema, records)
+    return _Rows(parquet.schema_arrow, records)
 
 
-def _image_reader(path: Path, schema: pa.Schema) -> Callable[[Any, int], Image.Image]:
-    """Decoder for the file's `image` column: encoded bytes, or paths relative to the data dir."""
-    image_type = schema.field("image").type if "image" in schema.names else pa.binary()
-    is_path = pa.types.is_string(image_type) or pa.types.is_large_string(image_type)
+def _check_no_nulls(path: Path, parquet: pq.ParquetFile, name: str) -> None:
+    column = parquet.schema_arrow.names.index(name)
+    first = 0
+    for group in range(parquet.metadata.num_row_groups):
+        meta = parquet.metadata.row_group(group)
+        stats = meta.column(column).statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            values = parquet.read_row_group(group, columns=[name]).column(0)
+            if values.null_count:
+                row = first + values.is_null().to_pylist().index(True)
+                raise DatasetError(f"{path}: row {row} column {name!r}: null, but this column is required")
+        first += meta.num_rows
 
-    def read(value: Any, row: int) -> Image.Image:
-        try:
-            data = (path.parent / value).read_bytes() if is_path else value
-            return decode_image(data)
-        except (OSError, ValueError) as exc:
-            raise DatasetError(f"{path}: row {row} column 'image': {exc}") from None
 
-    return read
+def _decoded_cell(path: Path, row: int, value: Any) -> Image.Image:
+    """A cell of an `image` column decoded: encoded bytes, or a path relative to the file's directory."""
+    try:
+        return decode_image((path.parent / value).read_bytes() if isinstance(value, str) else value)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: row {row} column 'image': {exc}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _row_group_starts(file: str, version: int) -> list[int]:
+    meta = pq.ParquetFile(file).metadata
+    starts = [0]
+    for group in range(meta.num_row_groups):
+        starts.append(starts[-1] + meta.row_group(group).num_rows)
+    return starts
+
+
+@functools.lru_cache(maxsize=4)
+def _image_group(file: str, version: int, group: int) -> pa.Array:
+    """One row group's `image` column (the unit Parquet reads), kept for the next rows a process decodes."""
+    return pq.ParquetFile(file).read_row_group(group, columns=["image"]).column(0).combine_chunks()
+
+
+def _image_cell(file: str, row: int) -> Any:
+    version = os.stat(file).st_mtime_ns  # a file rewritten in place is read anew
+    starts = _row_group_starts(file, version)
+    if not 0 <= row < starts[-1]:
+        raise DatasetError(f"{file}: row {row} column 'image': no such row (the file has {starts[-1]})")
+    group = next(g for g in range(len(starts) - 1) if starts[g + 1] > row)
+    return _image_group(file, version, group)[row - starts[group]].as_py()

@@ -70,7 +70,7 @@ def _entity_questions(
             view_rng = np.random.default_rng(rng.getrandbits(64))
             questions.append(Question(
                 id=f"{entity.entity_id}-{relation.name}-{index}",
-                image=render_entity(entity, image_size, view_rng),
+                image_source=render_entity(entity, image_size, view_rng),
                 question=template,
                 answers=[entity.facts[relation.name]],
                 entity_id=entity.entity_id,

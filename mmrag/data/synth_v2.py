@@ -92,7 +92,7 @@ def _entity_questions(entity: Entity, passage_ids: dict[str, str], image_size: i
     for index, (kind, question, answer, gold) in enumerate(drawn):
         view_rng = np.random.default_rng(rng.getrandbits(64))
         questions.append(Question(
-            id=f"{entity.entity_id}-q{index}", image=render_entity(entity, image_size, view_rng), question=question,
-            answers=[answer], entity_id=entity.entity_id, gold_doc_ids=gold, kind=kind,
+            id=f"{entity.entity_id}-q{index}", image_source=render_entity(entity, image_size, view_rng),
+            question=question, answers=[answer], entity_id=entity.entity_id, gold_doc_ids=gold, kind=kind,
         ))
     return questions

@@ -54,7 +54,7 @@ class GreedyPredictor:
 
 def question_from_row(row: dict) -> Question:
     """A `Question` from one row of a questions Parquet file (image as encoded bytes)."""
-    return Question(id=row["id"], image=decode_image(row["image"]), question=row["question"],
+    return Question(id=row["id"], image_source=decode_image(row["image"]), question=row["question"],
                     answers=list(row["answers"]), entity_id=row.get("entity_id") or "",
                     gold_doc_ids=list(row.get("gold_doc_ids") or []))
 

@@ -94,13 +94,26 @@ class ClipEncoder:
             return np.zeros((0, self.dim), np.float32)
         return _normalise(np.concatenate(outputs))
 
+    def _encode_distinct(self, items: list, forward, key) -> np.ndarray:
+        """`_encode`, each distinct item (by `key`) once: a reranker call repeats its question's image and text for
+        every query row, and retrieval returns the same passages to a question's queries. Which items are encoded
+        together depends on the call's inputs alone, so the same call gives the same vectors on any replica."""
+        position: dict = {}
+        distinct, rows = [], []
+        for item in items:
+            rows.append(position.setdefault(key(item), len(distinct)))
+            if rows[-1] == len(distinct):
+                distinct.append(item)
+        return self._encode(distinct, forward)[rows] if distinct else self._encode([], forward)
+
     def encode_texts(self, texts: list[str]) -> np.ndarray:
         """[n, dim] vectors of `texts` (longer texts are truncated to the model's context)."""
-        return self._encode(list(texts), self._text_batch)
+        return self._encode_distinct(list(texts), self._text_batch, lambda text: text)
 
     def encode_images(self, images: list[Image.Image]) -> np.ndarray:
         """[n, dim] vectors of `images` (any PIL mode; converted to RGB)."""
-        return self._encode(list(images), self._image_batch)
+        return self._encode_distinct(list(images), self._image_batch,
+                                     lambda image: (image.mode, image.size, image.tobytes()))
 
     def encode_documents(self, texts: list[str], images: list[Image.Image | None],
                          fusion: Fusion = "mean") -> np.ndarray:

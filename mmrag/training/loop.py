@@ -14,7 +14,9 @@ checkpoint and evaluate on schedule. The parts are two interfaces:
 this loop with the Ray parts. If any learner call fails (update, publishing, save, export,
 rebuild), the learner is restored from the latest checkpoint and the driver rolls back to
 its rollback point (just before the oldest batch not yet trained), so the redone steps train
-the very rollouts the lost ones did; `learner.max_restores` restores in a row without a
+the very rollouts the lost ones did; when that checkpoint is of the step just completed (no
+step to redo), nothing is rolled back: the failed update's batch is trained again and the
+rollouts queued ahead stay; `learner.max_restores` restores in a row without a
 completed step stop the run. Every weights id carries the run's restore generation.
 """
 
@@ -67,6 +69,11 @@ class TrainingRun:
     restores_in_a_row: int = 0
     initial: DriverState | None = None
     """The state before the first step: what a learner with no checkpoint yet is restored to."""
+    in_update: Experience | None = None
+    """The batch the learner is training on now (between `start_update` and its result)."""
+    retry: Experience | None = None
+    """A batch to hand the learner again, before any other: the one its failed update had, when the restore needed
+    no step redone (the checkpoint is of the step just completed), so the queue ahead of it stays as it is."""
 
     def driver_state(self, learner_version: int) -> DriverState:
         started, epoch, position = self.rollouts.rollback_point()
@@ -175,11 +182,13 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     """One optimiser step, its record, checkpoint and evaluation; when its record was taken (the next step's
     seconds count from there, the previous step's checkpoint and evaluation included)."""
     cfg = run.cfg
-    experience = run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
+    experience = run.retry or run.rollouts.next_experience(learner.version, steps_left=cfg.train.steps - run.step)
+    run.retry, run.in_update = None, experience
     learner_version = learner.version
     pending = learner.start_update(experience.roots)
     run.rollouts.overlap(pending, steps_after=cfg.train.steps - run.step - 1)
     update = pending.result()
+    run.in_update = None
     run.learned.extend(update.rollouts)
     weights = run.stamped(update.weights)
     pools.stages.install(weights)
@@ -247,9 +256,17 @@ def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_
         except LearnerFailed as exc:
             error = exc
     state = load_driver_state(checkpoint) if checkpoint is not None else run.initial
-    run.rollouts.discard()
-    run.ledger.rolled_back(state.rollouts_started, run.step - state.step, cause)
-    run.restore(state)
+    if state.step == run.step and run.in_update is not None:
+        # Restored to the step just completed: the rollouts queued ahead were drawn by the very weights it has,
+        # so they stay, and the failed update's batch goes to the learner again.
+        run.retry = run.in_update
+        run.ledger.rolled_back(run.rollouts.started, 0, cause)
+    else:
+        run.retry = None
+        run.rollouts.discard()
+        run.ledger.rolled_back(state.rollouts_started, run.step - state.step, cause)
+        run.restore(state)
+    run.in_update = None
     run.generation += 1
     run.evaluations = {step: result for step, result in run.evaluations.items() if step <= run.step}
     pools.stages.install(run.stamped(learner.weights()))

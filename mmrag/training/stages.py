@@ -4,7 +4,8 @@ One rollout micro-batch goes translate -> retrieve (encode, then search every sh
 rerank -> answer -> score.
 Question-level inputs (images, question texts, reference answers) travel as one
 `QuestionTable` per micro-batch: on Ray it is put in the object store once and every stage
-call takes that reference, so images never pass through the driver again. The rows of a
+call takes that reference. Its images are where they are stored (`StoredImage`: a file and a
+row): the stage that needs them decodes them, the driver never does. The rows of a
 later stage (one per sampled query, then one per sampled selection) name their question
 by its index in the table.
 
@@ -20,7 +21,7 @@ from typing import Protocol
 
 from PIL import Image
 
-from mmrag.data.dataset import Question
+from mmrag.data.dataset import ImageSource, Question, resolve_image
 from mmrag.models.translator import QuerySample
 from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import Selection
@@ -31,19 +32,26 @@ from mmrag.training.learner import Weights
 class QuestionTable:
     """The question-level inputs of one micro-batch, shared by every stage call on it."""
 
-    images: list[Image.Image]
+    image_sources: list[ImageSource]
     questions: list[str]
     references: list[list[str]]
 
     @classmethod
     def of(cls, questions: list[Question]) -> QuestionTable:
-        return cls([q.image for q in questions], [q.question for q in questions], [q.answers for q in questions])
+        return cls([q.image_source for q in questions], [q.question for q in questions],
+                   [q.answers for q in questions])
 
     def __len__(self) -> int:
         return len(self.questions)
 
-    def images_of(self, rows: list[int]) -> list[Image.Image]:
-        return [self.images[row] for row in rows]
+    @property
+    def images(self) -> list[Image.Image]:
+        """Every row's image, decoded here (in the stage that uses them)."""
+        return self.images_of(range(len(self)))
+
+    def images_of(self, rows) -> list[Image.Image]:
+        decoded = {row: resolve_image(self.image_sources[row]) for row in set(rows)}
+        return [decoded[row] for row in rows]
 
     def questions_of(self, rows: list[int]) -> list[str]:
         return [self.questions[row] for row in rows]

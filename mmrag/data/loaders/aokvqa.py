@@ -25,7 +25,7 @@ def load_aokvqa(path: str | Path, images: ImageRoot) -> tuple[list[Question], li
         image = images.open(with_extensions(f"{require(record, 'image_id', int, where):012d}"), where)
         if image is None:
             continue
-        questions.append(Question(id=reference.question_id, image=image,
+        questions.append(Question(id=reference.question_id, image_source=image,
                                   question=require(record, "question", str, where),
                                   answers=list(reference.direct_answers)))
         references.append(reference)

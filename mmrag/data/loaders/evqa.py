@@ -49,7 +49,7 @@ def load_evqa(path: str | Path, images: ImageRoot,
             image = images.open(with_extensions(image_id), f"{where} (image {image_id})")
             if image is None:
                 continue
-            questions.append(Question(id=reference.question_id, image=image, question=row["question"],
+            questions.append(Question(id=reference.question_id, image_source=image, question=row["question"],
                                       answers=answers, entity_id=urls[0] if urls else "", gold_doc_ids=gold))
             references.append(reference)
     return questions, references

@@ -48,7 +48,7 @@ def load_infoseek(path: str | Path, images: ImageRoot, source_split: str | None 
             continue
         questions.append(Question(
             id=require(record, "data_id", str, where),
-            image=image,
+            image_source=image,
             question=require(record, "question", str, where),
             answers=_answer_strings(record, where),
             entity_id=record.get("entity_id") or "",

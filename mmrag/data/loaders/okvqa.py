@@ -38,7 +38,7 @@ def load_okvqa(questions_path: str | Path, annotations_path: str | Path,
         if image is None:
             continue
         reference = references[question_id]
-        questions.append(Question(id=question_id, image=image, question=require(record, "question", str, where),
+        questions.append(Question(id=question_id, image_source=image, question=require(record, "question", str, where),
                                   answers=list(reference.answers)))
         kept.append(reference)
     return questions, kept
