@@ -26,7 +26,8 @@ def test_the_export_keeps_exactly_the_k_chosen_on_val_and_the_translator_was_fit
     assert k in K_CHOICES
     evaluations = [r for r in read_metrics(tmp_path / "run") if "eval" in r]
     assert [r["step"] for r in evaluations] == [0, 1, 2]
-    assert evaluations[-1]["eval"]["k"] == k and set(evaluations[-1]["eval"]["reward_by_k"]) == {str(k) for k in K_CHOICES}
+    assert evaluations[-1]["eval"]["k"] == k
+    assert set(evaluations[-1]["eval"]["reward_by_k"]) == {str(choice) for choice in K_CHOICES}
 
     trained = LocalPipeline.from_config(cfg, checkpoint=str(tmp_path / "run" / "export"))
     assert trained.reranker.max_docs == k

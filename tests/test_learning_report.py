@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from benchmarks.learning_report import (Spread, kind_summary, mean_curves, paired_difference, plot_curves, results_table,
-                                        steps_ratio_to_reach, summarize_runs, targets)
+from benchmarks.learning_report import (Spread, kind_summary, mean_curves, paired_difference, plot_curves,
+                                        results_table, steps_ratio_to_reach, summarize_runs, targets)
 
 FIGURES = ("untrained", "trained", "gain", "recall_at_k", "gold_selected", "train_minutes")
 
