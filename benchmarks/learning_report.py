@@ -156,7 +156,8 @@ def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, di
             found.append(Target(f"{trained}: {kind} {figure}", kinds[trained][kind][figure].mean, ">=", threshold))
     ratio = steps_ratio_to_reach(curves, trained, shared)
     if ratio is not None:
-        found.append(Target(f"{trained} steps to reach {shared}'s final val reward / its steps (val proxy)",
+        trivially = " (reached at step 0: the start)" if ratio == 0 else ""
+        found.append(Target(f"{trained} steps to reach {shared}'s final val reward / its steps (val proxy){trivially}",
                             ratio, "<=", 0.6))
     if control in gain:
         found.append(Target(f"{control}: gain over untrained", gain[control], "<", 0.05))

@@ -82,15 +82,22 @@ def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
     return {kind: figures(grouped[kind]) for kind in order}
 
 
-def held_out_sample(questions: list[T], n: int) -> list[T]:
-    """`n` of `questions` at even strides (all of them if fewer).
+POSITION_STEP = 7
+"""How far the pick moves inside successive strides (coprime with the usual questions per entity, 8 and 10)."""
 
-    A synthetic split is stored grouped by entity, eight questions each (all showing the same
-    object): its first 64 would come from only 8 entities.
+
+def held_out_sample(questions: list[T], n: int) -> list[T]:
+    """`n` of `questions`, one from each of n even strides (all of them if fewer).
+
+    A synthetic split is stored grouped by entity, eight or ten questions each, in a fixed order of kinds
+    (world v2: three visual, five one-fact, two two-fact): its first 64 would come from only 8 entities,
+    and the first question of each stride of 10 would always be a visual one. So the pick moves through
+    the stride, by `POSITION_STEP` positions a stride, and reaches every position of an entity's questions.
     """
     if n >= len(questions):
         return list(questions)
-    return [questions[index * len(questions) // n] for index in range(n)]
+    stride = len(questions) // n
+    return [questions[index * len(questions) // n + (index * POSITION_STEP) % stride] for index in range(n)]
 
 
 def evaluate(stages: Stages, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:
