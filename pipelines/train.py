@@ -134,9 +134,10 @@ def run(args: argparse.Namespace) -> int:
     if summary["preempted_at"] is not None:
         print(f"stopped by SIGTERM at step {summary['preempted_at']} (checkpointed); continue with --resume")
         return 0
-    print(f"{'held-out':<20}{'untrained':>12}{'trained':>12}")
+    print(f"exported: step {summary['exported_step']} (train.export: {cfg.train.export})")
+    print(f"{'held-out':<20}{'untrained':>12}{'exported':>12}")
     for key in summary["initial"]:
-        print(f"{key:<20}{summary['initial'][key]:>12.3f}{summary['final'][key]:>12.3f}")
+        print(f"{key:<20}{summary['initial'][key]:>12.3f}{summary['exported'][key]:>12.3f}")
     return 0
 
 

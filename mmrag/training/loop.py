@@ -35,6 +35,7 @@ from mmrag.training.accounting import RolloutLedger
 from mmrag.training.checkpoint import (DriverState, checkpoint_to_resume, latest_checkpoint, learner_dir,
                                        load_driver_state, save_checkpoint)
 from mmrag.training.evaluate import evaluate, held_out_sample
+from mmrag.training.export_choice import best_validation_step
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.metrics_log import MetricsLog, read_metrics
 from mmrag.training.model_card import write_model_card
@@ -67,6 +68,8 @@ class TrainingRun:
     restores_in_a_row: int = 0
     initial: DriverState | None = None
     """The state before the first step: what a learner with no checkpoint yet is restored to."""
+    exported_step: int | None = None
+    """The step whose weights RUN_DIR/export holds (`train.export`), once one is written."""
 
     def driver_state(self, learner_version: int) -> DriverState:
         started, epoch, position = self.rollouts.rollback_point()
@@ -119,6 +122,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     try:
         if 0 not in run.evaluations:
             run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
+            _export_if_best(run, learner)
         preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
@@ -126,7 +130,8 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
             "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned),
-            "preempted_at": run.step if preempted else None}
+            "preempted_at": run.step if preempted else None, "exported_step": run.exported_step,
+            "exported": run.evaluations.get(run.exported_step, last)}
 
 
 def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
@@ -139,9 +144,8 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     while True:
         try:
             if run.step == cfg.train.steps:
-                export = storage.join(cfg.train.run_dir, "export")
-                learner.export(export)
-                write_model_card(export, cfg, run.evaluations)
+                if cfg.train.export == "last":
+                    _export(run, learner)
                 break
             if stop is not None and stop.is_set():
                 _checkpoint_once(run, learner, run_dir)
@@ -195,7 +199,23 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     run.restores_in_a_row = 0
     if run.step % cfg.train.eval_every == 0 or final:
         run.evaluations[run.step] = _evaluate(pools, held_out, metrics, run.step, cfg.trackers.rollout_samples)
+        _export_if_best(run, learner)
     return now
+
+
+def _export(run: TrainingRun, learner: Learner) -> None:
+    """Write this step's weights as RUN_DIR/export, with a model card of the evaluations up to this step."""
+    export = storage.join(run.cfg.train.run_dir, "export")
+    learner.export(export)
+    write_model_card(export, run.cfg, {step: result for step, result in run.evaluations.items() if step <= run.step})
+    run.exported_step = run.step
+    log.info("exported step %d (train.export: %s)", run.step, run.cfg.train.export)
+
+
+def _export_if_best(run: TrainingRun, learner: Learner) -> None:
+    """`train.export: best_val`: export this step when its evaluation beats every earlier one."""
+    if run.cfg.train.export == "best_val" and best_validation_step(run.evaluations) == run.step:
+        _export(run, learner)
 
 
 def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate, weights: Weights,
@@ -224,6 +244,8 @@ def _resume(run: TrainingRun, learner: Learner, checkpoint: str, run_dir: Path) 
     run.generation = max([state.generation, *(r.get("weights_generation", 0) for r in records)]) + 1
     # Evaluations this run logged up to the checkpoint (later ones belong to steps about to be redone).
     run.evaluations = {r["step"]: r["eval"] for r in records if "eval" in r and r["step"] <= run.step}
+    if run.cfg.train.export == "best_val" and run.evaluations:
+        run.exported_step = best_validation_step(run.evaluations)
 
 
 def _recover_learner(run: TrainingRun, learner: Learner, pools: StagePools, run_dir: Path,
