@@ -20,7 +20,7 @@ from mmrag.training.pipeline import LocalPipeline
 
 def test_the_export_keeps_exactly_the_k_chosen_on_val_and_the_translator_was_fitted(tiny_config, tmp_path, synth_dir):
     cfg = tiny_config(tmp_path / "run", "train.method=component-level", "train.steps=2", "train.eval_every=1",
-                      "train.eval_questions=4")
+                      "train.eval_questions=4", "train.export=last")
     summary = train_component_level(cfg, progress=False)
     k = summary["chosen_k"]
     assert k in K_CHOICES

@@ -16,8 +16,9 @@ The components then run with a fixed number of documents: the reranker's top k b
 would tune a fixed pipeline. The export is a normal one (`mmrag eval --checkpoint` loads it): its
 reranker's STOP scorer is pinned far below every candidate and its `reranker.max_docs` is the chosen k,
 so greedy selection keeps exactly the top k. The val curve in metrics.jsonl is the val reward at the
-best k on those questions at each evaluation. Runs in this process; not resumable (SIGTERM ends it at
-the next step boundary, with the export of that step).
+best k on those questions at each evaluation; `train.export` applies as to reward backprop (`best_val`:
+the best of those evaluations is exported, step 0 included). Runs in this process; not resumable
+(SIGTERM ends it at the next step boundary, evaluated).
 """
 
 from __future__ import annotations
@@ -149,9 +150,21 @@ def train_component_level(cfg: Config, progress: bool = True, device: str = "cpu
     translator_optimizer = torch.optim.AdamW(pipeline.translator.trainable_parameters(), lr=cfg.translator.lr)
     reranker_optimizer = torch.optim.AdamW(pipeline.reranker.head.parameters(), lr=cfg.reranker.lr)
     metrics = MetricsLog(run_dir)
-    evaluations = {0: evaluation(pipeline, held_out)}
-    metrics.log(0, {"eval": evaluations[0]})
-    step = 0
+    evaluations: dict[int, dict] = {}
+    exported_step = None
+
+    def evaluate_and_export(step: int) -> None:
+        """Evaluate on val; export this step (its k pinned) when it is the last or, with best_val, the best yet."""
+        nonlocal exported_step
+        evaluations[step] = evaluation(pipeline, held_out)
+        metrics.log(step, {"eval": evaluations[step]})
+        best = exported_step is None or evaluations[step]["reward_mean"] > evaluations[exported_step]["reward_mean"]
+        if cfg.train.export == "last" or best:
+            exported = pin_top_k(pipeline, cfg, evaluations[step]["k"])  # STOP is never trained: pinning is final
+            save_export(run_dir / "export", pipeline.translator, pipeline.reranker, step, exported)
+            exported_step = step
+
+    evaluate_and_export(0)
     for step in tqdm(range(1, cfg.train.steps + 1), desc="train (component-level)", disable=not progress):
         started = time.perf_counter()
         batch = cursor.next_batch(cfg.train.questions_per_step)
@@ -170,17 +183,13 @@ def train_component_level(cfg: Config, progress: bool = True, device: str = "cpu
             losses[name] = {"loss": value.item()}
         metrics.log(step, {**losses, "gold_targets": sum(t is not None for t in targets),
                            "step_seconds": time.perf_counter() - started})
-        if step % cfg.train.eval_every == 0 or step == cfg.train.steps or (stop is not None and stop.is_set()):
-            evaluations[step] = evaluation(pipeline, held_out)
-            metrics.log(step, {"eval": evaluations[step]})
-        if stop is not None and stop.is_set():
+        stopping = stop is not None and stop.is_set()
+        if step % cfg.train.eval_every == 0 or step == cfg.train.steps or stopping:
+            evaluate_and_export(step)
+        if stopping:
             break
-    k = evaluations[step]["k"]
-    exported = pin_top_k(pipeline, cfg, k)
-    save_export(run_dir / "export", pipeline.translator, pipeline.reranker, step, exported)
     metrics.close()
     summary = {key: evaluations[0][key] for key in ("reward_mean", "k")}
-    return {"initial": summary, "final": {key: evaluations[step][key] for key in summary},
-            "evaluations": evaluations, "run_dir": str(run_dir), "preempted_at": None,
-            "chosen_k": k}
-
+    return {"initial": summary, "exported": {key: evaluations[exported_step][key] for key in summary},
+            "exported_step": exported_step, "evaluations": evaluations, "run_dir": str(run_dir),
+            "preempted_at": None, "chosen_k": evaluations[exported_step]["k"]}
