@@ -322,8 +322,12 @@ def report(args: argparse.Namespace, records: list[dict], baselines: list[dict],
     counts = {(r["questions"], r["entities"]) for r in [*records, *baselines]}
     count_text = "; ".join(f"{q} questions from {e} entities" for q, e in sorted(counts))
     seeds = {run: [r["seed"] for r in rows] for run, rows in by_run(records).items()}
-    partial = (f"**Partial: {len(unfinished)} planned job(s) not finished ({', '.join(unfinished)}).** "
-               if unfinished else "")
+    missing: dict[str, list[str]] = {}
+    for name in unfinished:
+        run, _, seed = name.partition("/seed-")
+        missing.setdefault(run, []).append(seed)
+    partial = (f"**Partial: {len(unfinished)} planned job(s) not finished (seeds missing: "
+               f"{'; '.join(f'{run} {seeds}' for run, seeds in missing.items())}).** " if unfinished else "")
     lag_rows = [[r["run"], str(r["seed"]), _fmt(r["policy_lag_mean"]), _spread_text(r["importance_ratio_mean"]),
                  _spread_text(r["importance_ratio_std"]), _spread_text(r["importance_ratio_truncated"])]
                 for r in records if r["run"].startswith("async")]
