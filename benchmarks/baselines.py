@@ -6,7 +6,8 @@ from the repository root, with the config's dataset and index built (`mmrag synt
 generator, reward) and evaluates every fixed pipeline of `mmrag.evaluation.baselines` on the
 whole val and test splits, greedily. Prints the table, writes
 benchmarks/results/baselines.json (`baselines`: one record per pipeline; `best_fixed`:
-{name, test_reward} of the best on val) and writes its section of benchmarks/RESULTS.md.
+{name, k, test_reward} of the best on val, the oracle left out; each record has its test figures
+per question kind at its k, `by_kind`) and writes its section of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -42,7 +43,15 @@ def report(baselines, val, test, args, minutes: float) -> str:
             f"reported on test ({len(test)} questions from {entities(test)} entities). One run: no seed is "
             f"involved (greedy, frozen models).\n\n"
             + markdown_table(["pipeline", "k (chosen on val)", "val reward", "test reward", "val reward by k"], rows)
-            + f"\n\nBest fixed pipeline (on val): **{shipped.name}, k = {shipped.k}: test {shipped.test_reward:.3f}**.\n")
+            + f"\n\nBest fixed pipeline (on val): **{shipped.name}, k = {shipped.k}: test {shipped.test_reward:.3f}**."
+            f"\n\nPer question kind, on test at the k chosen on val:\n\n{kind_rows(baselines)}\n")
+
+
+def kind_rows(baselines) -> str:
+    """Test reward and documents kept per question kind of every baseline, at its chosen k."""
+    rows = [[b.name, kind, str(f["questions"]), f"{f['reward']:.3f}", f"{f['docs_kept_mean']:.2f}",
+             f"{f['gold_selected']:.3f}"] for b in baselines for kind, f in b.test_kinds_by_k.get(b.k, {}).items()]
+    return markdown_table(["pipeline", "kind", "questions", "test reward", "docs kept", "gold kept"], rows)
 
 
 def main() -> None:

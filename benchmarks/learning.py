@@ -1,31 +1,35 @@
-"""Learning, measured on the test split: every run of issue 14 over several seeds, with baselines.
+"""Learning, measured on the test split: every run of issue 22 over several seeds, against the fixed baselines.
 
 Not a test: `python -m benchmarks.learning [--config CFG] [--set ...]` from the repository root,
-with the config's dataset and index built (`mmrag synth`, `mmrag index`). For each seed
-(`train.seed`: initialisation, sampling and data order; `data.seed` stays as configured, so
-every run sees the same world) it trains each run below with `mmrag train`, then evaluates the
-export greedily on every question of the test split (`mmrag eval --local --settings trained`);
-the baselines (no retrieval, the untrained pipeline of that seed, gold evidence) are evaluated
-on the same questions:
+with the config's dataset and index built (`mmrag synth`, `mmrag index`) and the fixed baselines
+measured on them (`python -m benchmarks.baselines`, whose val-chosen `best_fixed` this reads from
+--baselines-json). For each seed (`train.seed`: initialisation, sampling and data order; `data.seed`
+stays as configured, so every run sees the same world) it trains each run below with `mmrag train`,
+then evaluates the export greedily on every question of the test split (`mmrag eval --local
+--settings trained`); the untrained pipeline, no retrieval and gold evidence are evaluated once on the
+same questions (greedy, and the untrained reranker's output layers start at zero: no seed moves them):
 
-  local-reference         the whole algorithm in one process, no lag (the yardstick)
+  local-reference         reward backpropagation, one process, no lag (the method)
+  component-level         each component fitted on its own gold labels, k chosen on val (the paper's contrast)
+  shared-reward           every component on its leaves' raw reward minus the batch mean, no tree backprop
+  aggregate-<other>       train.aggregate set to the rule the config does not use (mean <-> max)
+  translator-only         reranker frozen
+  reranker-only           translator frozen
+  shuffled                rewards permuted across the batch (control)
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
-  async-lag1              distributed, max_policy_lag 1, off-policy correction on
-  async-lag2              distributed, max_policy_lag 2, off-policy correction on
-  async-lag2-uncorrected  distributed, max_policy_lag 2, off-policy correction off
-  shuffled                local-reference with rewards permuted across the batch (control)
-  translator-only         local-reference, reranker frozen
-  reranker-only           local-reference, translator frozen
+  async-lag4, async-lag8  distributed, max_policy_lag 4 / 8, off-policy correction on
+  async-lagL-uncorrected  the same lag, correction off (paired with the corrected run by seed)
 
 While training, each run evaluates greedily on the val split every --eval-every steps (by
-default on all of it): those curves are what any choice (steps, learning rates) may be judged
+default on all of it): those curves are what any choice (steps, learning rates, k) may be judged
 on; the test split is only reported. Prints the test table (mean ± std over seeds and the
-questions and entities it rests on) and the targets, draws the val curves to
-benchmarks/learning.png, writes both as its section of benchmarks/RESULTS.md and writes
-benchmarks/results/learning.json (one record per run and seed). Each (run, seed) is one job
-of two processes (train, then evaluate), --jobs jobs at a time with one torch thread each; a
-job already finished in --out with the same commands is reused, so an interrupted benchmark
-continues where it stopped.
+questions and entities it rests on), the per-kind table and the targets (PASS / FAIL), draws the
+val curves to benchmarks/learning.png, writes them as its section of benchmarks/RESULTS.md and writes
+benchmarks/results/learning.json (one record per run and seed; `best_fixed` at the top). Each (run,
+seed) is one job of two processes (train, then evaluate), --jobs at a time with one torch thread
+each, seed-major (every run's first seed before any run's second); a job already finished in --out
+with the same commands is reused, so an interrupted benchmark continues where it stopped, and
+--report-only reports the jobs finished so far (the section then says it is partial).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -46,9 +51,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from benchmarks.learning_report import (Spread, mean_curves, plot_curves, results_table, summarize_runs,
-                                        targets, targets_table)
-from benchmarks.results import portable_assignment, publish
+from benchmarks.learning_report import (Spread, by_run, kind_summary, kind_table, mean_curves, paired_difference,
+                                        plot_curves, results_table, summarize_runs, targets, targets_table)
+from benchmarks.results import markdown_table, portable_assignment, publish
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.presets import resolve_config
@@ -59,30 +64,39 @@ HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results" / "learning.json"
 DISTRIBUTED = ["train.mode=distributed"]
 LOCAL = ["train.mode=local-reference"]
-RUNS = {
-    "local-reference": LOCAL,
-    "sync": [*DISTRIBUTED, "train.max_policy_lag=0"],
-    "async-lag1": [*DISTRIBUTED, "train.max_policy_lag=1", "train.off_policy_correction=true"],
-    "async-lag2": [*DISTRIBUTED, "train.max_policy_lag=2", "train.off_policy_correction=true"],
-    "async-lag2-uncorrected": [*DISTRIBUTED, "train.max_policy_lag=2", "train.off_policy_correction=false"],
-    "shuffled": [*LOCAL, "train.shuffle_rewards=true"],
-    "translator-only": [*LOCAL, "train.train_reranker=false"],
-    "reranker-only": [*LOCAL, "train.train_translator=false"],
-}
-DESCRIPTIONS = {
-    "no_retrieval": "baseline: no evidence",
-    "untrained": "baseline: untrained pipeline",
-    "oracle": "baseline: gold evidence",
-    "local-reference": "one process, no lag",
-    "sync": "distributed, lag 0",
-    "async-lag1": "distributed, lag 1, corrected",
-    "async-lag2": "distributed, lag 2, corrected",
-    "async-lag2-uncorrected": "distributed, lag 2, no correction",
-    "shuffled": "control: rewards shuffled",
-    "translator-only": "reranker frozen",
-    "reranker-only": "translator frozen",
-}
-BASELINES = ("no_retrieval", "untrained", "oracle")
+LAGS = (4, 8)
+KIND_FIGURES = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
+                "docs_at_least_two_fraction", "gold_selected")
+
+
+def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """(run -> its config overrides, run -> description); the aggregate ablation is the rule `aggregate` is not."""
+    other = "max" if aggregate == "mean" else "mean"
+    runs = {
+        "local-reference": (LOCAL, "reward backprop, one process, no lag"),
+        "component-level": ([*LOCAL, "train.method=component-level"], "each component on its gold labels, k on val"),
+        "shared-reward": ([*LOCAL, "train.credit=shared"], "raw leaf reward - batch mean, no tree"),
+        f"aggregate-{other}": ([*LOCAL, f"train.aggregate={other}"], f"translator value: {other} of its leaves"),
+        "translator-only": ([*LOCAL, "train.train_reranker=false"], "reranker frozen"),
+        "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
+        "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
+        "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
+    }
+    for lag in LAGS:
+        runs[f"async-lag{lag}"] = ([*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=true"],
+                                   f"distributed, lag {lag}, corrected")
+        runs[f"async-lag{lag}-uncorrected"] = ([*DISTRIBUTED, f"train.max_policy_lag={lag}",
+                                                "train.off_policy_correction=false"],
+                                               f"distributed, lag {lag}, no correction")
+    return {run: sets for run, (sets, _) in runs.items()}, {run: what for run, (_, what) in runs.items()}
+
+
+DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",
+                "shuffled", *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
+"""What runs without --only ("aggregate" standing for the aggregate ablation of the config)."""
+BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "baseline: untrained pipeline",
+                         "oracle": "baseline: gold evidence"}
+BASELINES = tuple(BASELINE_DESCRIPTIONS)
 TEST_FIGURES = ("recall_at_k", "gold_selected", "gold_first", "docs_kept_mean", "query_words_mean")
 """What explains a test reward, recorded beside it (see `mmrag.training.evaluate.summarize`)."""
 SUMMARY_FIGURES = ("untrained", "trained", "gain", "recall_at_k", "gold_selected", "train_minutes")
@@ -130,25 +144,26 @@ def module_command(module: str, args: argparse.Namespace, sets: list[str], *opti
     return command
 
 
-def plan(args: argparse.Namespace, val_questions: int) -> tuple[dict[int, Job], dict[tuple[str, int], Job]]:
-    """Baseline evaluation jobs per seed, and one train-then-evaluate job per (run, seed)."""
+def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[str, int], Job]]:
+    """One baseline evaluation job, and one train-then-evaluate job per (run, seed), seed-major."""
     limit = ["--limit", str(args.test_limit)] if args.test_limit else []
-    baselines, runs = {}, {}
-    for seed in args.seeds:
-        directory = args.out / "baselines" / f"seed-{seed}"
-        baselines[seed] = Job(f"baselines/seed-{seed}", directory, [module_command(
-            "pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test", "--settings",
-            ",".join(BASELINES), "--out", str(directory / "eval_test"), *limit)])
-        for run in args.runs:
-            directory = args.out / run / f"seed-{seed}"
-            sets = [*RUNS[run], f"train.seed={seed}", f"train.steps={args.steps}",
-                    f"train.eval_every={args.eval_every}", f"train.eval_questions={val_questions}",
-                    f"train.run_dir={directory}"]
-            train = module_command("pipelines.train", args, sets)
-            evaluate = module_command("pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
-                                      "--settings", "trained", "--checkpoint", str(directory / "export"),
-                                      "--out", str(directory / "eval_test"), *limit)
-            runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate])
+    directory = args.out / "baselines"
+    baselines = Job("baselines", directory, [module_command(
+        "pipelines.eval", args, [], "--local", "--split", "test", "--settings", ",".join(BASELINES),
+        "--out", str(directory / "eval_test"), *limit)])
+    runs = {}
+    pairs = sorted(((run, seed) for run in args.runs for seed in args.run_seeds[run]),
+                   key=lambda pair: (args.run_seeds[pair[0]].index(pair[1]), args.runs.index(pair[0])))
+    for run, seed in pairs:
+        directory = args.out / run / f"seed-{seed}"
+        sets = [*args.run_sets[run], f"train.seed={seed}", f"train.steps={args.steps}",
+                f"train.eval_every={args.eval_every}", f"train.eval_questions={val_questions}",
+                f"train.run_dir={directory}"]
+        train = module_command("pipelines.train", args, sets)
+        evaluate = module_command("pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
+                                  "--settings", "trained", "--checkpoint", str(directory / "export"),
+                                  "--out", str(directory / "eval_test"), *limit)
+        runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate])
     return baselines, runs
 
 
@@ -216,42 +231,69 @@ def stop(running: list[Running]) -> None:
         current.log.close()
 
 
-def evaluated(directory: Path) -> tuple[dict[str, dict], list[str]]:
-    """(setting -> test metrics, ids of the questions evaluated) of one `mmrag eval --out` directory."""
-    metrics = json.loads((directory / "metrics.json").read_text())["settings"]
+def evaluated(directory: Path) -> tuple[dict[str, dict], dict[str, dict], list[str]]:
+    """(setting -> test metrics, setting -> kind -> figures, ids of the questions evaluated) of one
+    `mmrag eval --out` directory."""
+    metrics = json.loads((directory / "metrics.json").read_text())
     ids = list(dict.fromkeys(json.loads(line)["id"] for line in (directory / "predictions.jsonl").open()))
-    return metrics, ids
+    return metrics["settings"], metrics["by_kind"], ids
+
+
+def spread_of(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "min": min(values), "max": max(values)}
 
 
 def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[str, str]) -> dict:
-    """The run's test figures against `untrained` (the same seed's baseline record), its val curve, lag, ledger."""
-    trained, ids = evaluated(job.directory / "eval_test")
-    trained = trained["trained"]
+    """The run's test figures against `untrained` (the baseline record), per kind, its val curve, lag, ledger."""
+    trained, by_kind, ids = evaluated(job.directory / "eval_test")
+    trained, by_kind = trained["trained"], by_kind["trained"]
     history = read_metrics(job.directory)
     steps = [r for r in history if "eval" not in r]
-    ratios = [r["reranker"]["importance_ratio_mean"] for r in steps if "importance_ratio_mean" in r.get("reranker", {})]
+    reranker = [r.get("reranker", {}) for r in steps]
+    lags = [r["policy_lag"] for r in steps if "policy_lag" in r]
     return {
         "run": run, "seed": seed, "split": "test", "questions": len(ids),
         "entities": len({entity_of[i] for i in ids}),
         "untrained": untrained["reward"], "trained": trained["reward_mean"],
         "gain": trained["reward_mean"] - untrained["reward"],
         **{name: trained[name] for name in TEST_FIGURES},
+        "by_kind": {kind: {name: figures[name] for name in KIND_FIGURES} for kind, figures in by_kind.items()},
         "val_curve": {str(r["step"]): r["eval"]["reward_mean"] for r in history if "eval" in r},
         "val_final": next(r["eval"] for r in reversed(history) if "eval" in r),
-        "policy_lag_mean": sum(r["policy_lag"] for r in steps) / len(steps),
-        "policy_lag_max": max(r["policy_lag"] for r in steps),
-        "importance_ratio_mean": sum(ratios) / len(ratios) if ratios else None,
-        "ledger": steps[-1]["ledger"],
+        "policy_lag_mean": statistics.fmean(lags) if lags else None,
+        "policy_lag_max": max(lags) if lags else None,
+        "importance_ratio_mean": spread_of([r["importance_ratio_mean"] for r in reranker
+                                            if "importance_ratio_mean" in r]),
+        "importance_ratio_std": spread_of([r["importance_ratio_std"] for r in reranker if "importance_ratio_std" in r]),
+        "importance_ratio_truncated": spread_of([r["importance_ratio_truncated"] for r in reranker
+                                                 if "importance_ratio_truncated" in r]),
+        "ledger": steps[-1].get("ledger"),
         "train_minutes": job.seconds[0] / 60, "eval_minutes": job.seconds[1] / 60,
     }
 
 
-def baseline_records(seed: int, job: Job, entity_of: dict[str, str]) -> list[dict]:
-    metrics, ids = evaluated(job.directory / "eval_test")
-    return [{"run": setting, "seed": seed, "split": "test", "questions": len(ids),
-             "entities": len({entity_of[i] for i in ids}), "reward": metrics[setting]["reward_mean"],
-             **{name: metrics[setting][name] for name in TEST_FIGURES}}
-            for setting in BASELINES]
+def baseline_records(job: Job, entity_of: dict[str, str]) -> list[dict]:
+    metrics, by_kind, ids = evaluated(job.directory / "eval_test")
+    return [{"run": setting, "split": "test", "questions": len(ids), "entities": len({entity_of[i] for i in ids}),
+             "reward": metrics[setting]["reward_mean"], **{name: metrics[setting][name] for name in TEST_FIGURES},
+             "by_kind": by_kind[setting]} for setting in BASELINES]
+
+
+def read_best_fixed(path: Path, test_questions: int) -> dict:
+    """The val-chosen best fixed pipeline of `benchmarks.baselines` (exits when missing or on other data)."""
+    if not path.is_file():
+        sys.exit(f"learning: {path} is missing; measure the fixed baselines first (python -m benchmarks.baselines "
+                 "with this config)")
+    figures = json.loads(path.read_text())
+    if figures["test_questions"] != test_questions:
+        sys.exit(f"learning: {path} rests on {figures['test_questions']} test questions, this data has "
+                 f"{test_questions}; measure the fixed baselines on this data")
+    best = figures["best_fixed"]
+    by_kind = next(b["by_kind"] for b in figures["baselines"] if b["name"] == best["name"])
+    return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"], "by_kind": by_kind}
 
 
 def question_entities(data_dir: str, split: str) -> dict[str, str]:
@@ -262,35 +304,83 @@ def question_entities(data_dir: str, split: str) -> dict[str, str]:
     return dict(zip(table["id"], table["entity_id"]))
 
 
-def report(args: argparse.Namespace, records: list[dict], baselines: list[dict], val: dict[str, str],
-           wall_minutes: float) -> tuple[str, list]:
-    """The Markdown section (context, table, targets) and the targets."""
+def report(args: argparse.Namespace, records: list[dict], baselines: list[dict], best_fixed: dict,
+           val: dict[str, str], wall_minutes: float, unfinished: list[str]) -> tuple[str, list, dict]:
+    """The Markdown section (context, tables, targets, paired differences), the targets and the paired ones."""
     summary = summarize_runs(records, SUMMARY_FIGURES)
-    baseline_spreads = {setting: Spread.of([b["reward"] for b in baselines if b["run"] == setting])
-                        for setting in BASELINES}
-    found = targets(summary, full=("local-reference", "sync"), synchronous="sync",
-                    corrected=("async-lag1", "async-lag2"), control="shuffled",
-                    components=("translator-only", "reranker-only"))
+    kinds = kind_summary(records, KIND_FIGURES)
+    curves = mean_curves(records)
+    baseline_spreads = {b["run"]: Spread.of([b["reward"]]) for b in baselines}
+    found = targets(summary, kinds, best_fixed["test_reward"], curves)
+    paired = {f"async-lag{lag} - async-lag{lag}-uncorrected": paired_difference(
+        records, f"async-lag{lag}", f"async-lag{lag}-uncorrected") for lag in LAGS}
+    paired.update({f"local-reference - {run}": paired_difference(records, "local-reference", run)
+                   for run in ("component-level", "shared-reward")})
+    paired = {name: value for name, value in paired.items() if value is not None}
+    fixed_kinds = {f"best fixed: {best_fixed['name']}": best_fixed["by_kind"],
+                   **{b["run"]: b["by_kind"] for b in baselines}}
     counts = {(r["questions"], r["entities"]) for r in [*records, *baselines]}
     count_text = "; ".join(f"{q} questions from {e} entities" for q, e in sorted(counts))
+    seeds = {run: [r["seed"] for r in rows] for run, rows in by_run(records).items()}
+    missing: dict[str, list[str]] = {}
+    for name in unfinished:
+        run, _, seed = name.partition("/seed-")
+        missing.setdefault(run, []).append(seed)
+    partial = (f"**Partial: {len(unfinished)} planned job(s) not finished (seeds missing: "
+               f"{'; '.join(f'{run} {seeds}' for run, seeds in missing.items())}).** " if unfinished else "")
+    lag_rows = [[r["run"], str(r["seed"]), _fmt(r["policy_lag_mean"]), _spread_text(r["importance_ratio_mean"]),
+                 _spread_text(r["importance_ratio_std"]), _spread_text(r["importance_ratio_truncated"])]
+                for r in records if r["run"].startswith("async")]
     text = (
-        f"## Learning on the test split, {len(args.seeds)} seed(s) ({datetime.date.today()})\n\n"
+        f"## Learning on the test split ({datetime.date.today()})\n\n{partial}"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
-        f"each; whole benchmark {wall_minutes:.0f} min. Config {args.config} {' '.join(args.portable_sets)}; "
+        f"each; this invocation {wall_minutes:.0f} min, the reported jobs "
+        f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. Config {args.config} {' '.join(args.portable_sets)}; "
         f"{args.steps} steps of {load_config(resolve_config(args.config), args.set).train.questions_per_step} "
-        "questions; "
-        f"seeds {', '.join(map(str, args.seeds))} (train.seed: initialisation, sampling, data order; the data "
-        f"are the same for every run). Every figure is greedy exact-match reward on the test split "
-        f"({count_text}), mean ± sample std over seeds; gain = trained - the same seed's untrained pipeline. "
-        f"Nothing was chosen on test: the val curves ({len(val)} questions from {len(set(val.values()))} entities, every "
-        f"{args.eval_every} steps, mean over seeds) are in {args.plot.name}.\n\n"
-        f"{results_table(summary, DESCRIPTIONS, baseline_spreads)}\n\n{targets_table(found)}\n")
-    return text, found
+        f"questions; seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)} (train.seed: "
+        "initialisation, sampling, data order; the data are the same for every run). Every figure is greedy "
+        f"exact-match reward on the test split ({count_text}), mean ± sample std over seeds; gain = trained - the "
+        "untrained pipeline. Nothing was chosen on test: the best fixed baseline is the fixed pipeline best on "
+        f"val (`benchmarks.baselines`): **{best_fixed['name']}, k = {best_fixed['k']}, test "
+        f"{best_fixed['test_reward']:.3f}**; component-level's k is chosen on val; the val curves ({len(val)} "
+        f"questions from {len(set(val.values()))} entities, every {args.eval_every} steps, mean ± std over seeds; "
+        f"component-level's at its best k) are in {args.plot.name}. The steps target compares val curves (test "
+        "is evaluated at the end only).\n\n"
+        f"{results_table(summary, {**BASELINE_DESCRIPTIONS, **args.descriptions}, baseline_spreads)}\n\n"
+        f"Per question kind (test; runs: reward mean ± std over seeds, the rest means):\n\n"
+        f"{kind_table(kinds, fixed_kinds)}\n\n"
+        f"Targets (test, mean over seeds):\n\n{targets_table(found)}\n\n"
+        + (markdown_table(["paired difference of test reward (same seed)", "mean ± standard error", "per seed"],
+                          [[name, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
+                           for name, p in paired.items()]) + "\n\n" if paired else "")
+        + (markdown_table(["async run", "seed", "policy lag (mean)", "importance ratio: step means (mean, min-max)",
+                           "its std within a batch", "fraction truncated"], lag_rows) + "\n" if lag_rows else ""))
+    return text, found, paired
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _spread_text(spread: dict | None) -> str:
+    return "-" if spread is None else f"{spread['mean']:.3f} ({spread['min']:.3f}-{spread['max']:.3f})"
 
 
 def interrupt(signum, frame) -> None:
     """SIGTERM stops the benchmark as Ctrl-C does: its running jobs are stopped first."""
     raise KeyboardInterrupt
+
+
+def run_seeds(args: argparse.Namespace) -> dict[str, list[int]]:
+    """Run -> its seeds: --seeds, or a --run-seeds RUN=S,S,... override."""
+    seeds = {run: list(args.seeds) for run in args.runs}
+    for assignment in args.run_seeds:
+        run, _, values = assignment.partition("=")
+        if run not in seeds or not values:
+            sys.exit(f"learning: --run-seeds {assignment!r}: expected RUN=SEED,SEED,... with RUN one of "
+                     f"{', '.join(args.runs)}")
+        seeds[run] = [int(value) for value in values.split(",")]
+    return seeds
 
 
 def main() -> None:
@@ -299,7 +389,10 @@ def main() -> None:
     parser.add_argument("--config", default="configs/local.yaml", help="training config (default: configs/local.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every run (repeatable), e.g. data.dir=D")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="train.seed values (default: 0 1 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                        help="train.seed values (default: 0 1 2 3 4)")
+    parser.add_argument("--run-seeds", action="append", default=[], metavar="RUN=S,S",
+                        help="these seeds for this run instead of --seeds (repeatable)")
     parser.add_argument("--steps", type=int, help="training steps per run (default: train.steps of the config)")
     parser.add_argument("--eval-every", type=int, default=25, help="val evaluation interval in steps (default: 25)")
     parser.add_argument("--val-questions", type=int,
@@ -309,7 +402,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2, one per core)")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"),
                         help="run directories; finished jobs found there are reused (default: runs/learning)")
-    parser.add_argument("--only", nargs="+", choices=list(RUNS), help="train only these runs (default: all)")
+    parser.add_argument("--only", nargs="+", help="train only these runs (default: every run but sync)")
+    parser.add_argument("--baselines-json", type=Path, default=RESULTS_JSON.parent / "baselines.json",
+                        help="the fixed baselines on this data (default: benchmarks/results/baselines.json)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing; report the jobs finished so far (marked partial if any is missing)")
     parser.add_argument("--plot", type=Path, default=HERE / "learning.png",
                         help="where to draw the val curves (default: benchmarks/learning.png)")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON,
@@ -320,37 +417,57 @@ def main() -> None:
         cfg = load_config(resolve_config(args.config), args.set)
     except ConfigError as exc:
         sys.exit(f"learning: {exc}")
+    args.run_sets, args.descriptions = runs_for(cfg.train.aggregate)
+    aggregate_run = next(run for run in args.run_sets if run.startswith("aggregate-"))
+    args.runs = [aggregate_run if run == "aggregate" else run for run in (args.only or DEFAULT_RUNS)]
+    unknown = [run for run in args.runs if run not in args.run_sets]
+    if unknown:
+        sys.exit(f"learning: --only {unknown[0]!r}: expected runs among {', '.join(args.run_sets)}")
+    args.run_seeds = run_seeds(args)
     args.out = args.out.resolve()
     args.portable_sets = [portable_assignment(assignment) for assignment in args.set]
-    args.runs = args.only or list(RUNS)
     args.steps = args.steps or cfg.train.steps
     val = question_entities(cfg.data.dir, "val")
     entity_of = question_entities(cfg.data.dir, "test")
+    best_fixed = read_best_fixed(args.baselines_json, len(entity_of))
     held_out = held_out_sample(list(val), args.val_questions or len(val))
-    baseline_jobs, run_jobs_ = plan(args, len(held_out))
+    baseline_job, run_jobs_ = plan(args, len(held_out))
     started = time.perf_counter()
-    try:
-        failed = run_jobs([*baseline_jobs.values(), *run_jobs_.values()], args.jobs)
-    except KeyboardInterrupt:
-        sys.exit(f"learning: interrupted; finished jobs are kept in {args.out} and reused by the next invocation")
-    if failed:
-        sys.exit(f"learning: {len(failed)} job(s) failed ({', '.join(job.name for job in failed)}); "
-                 "nothing reported. Run again to retry them (finished jobs are reused).")
+    if not args.report_only:
+        try:
+            failed = run_jobs([baseline_job, *run_jobs_.values()], args.jobs)
+        except KeyboardInterrupt:
+            sys.exit(f"learning: interrupted; finished jobs are kept in {args.out} and reused by the next invocation")
+        if failed:
+            print(f"learning: {len(failed)} job(s) failed ({', '.join(job.name for job in failed)}); reported "
+                  "as unfinished. Run again to retry them (finished jobs are reused).", file=sys.stderr)
     wall_minutes = (time.perf_counter() - started) / 60
-    baselines = [b for seed, job in baseline_jobs.items() for b in baseline_records(seed, job, entity_of)]
-    untrained = {b["seed"]: b for b in baselines if b["run"] == "untrained"}
-    records = [run_record(run, seed, job, untrained[seed], entity_of)
-               for (run, seed), job in run_jobs_.items()]
+    if not baseline_job.finished_before():
+        sys.exit(f"learning: the baseline evaluation is not finished ({baseline_job.directory}); nothing to report")
+    finished = {key: job for key, job in run_jobs_.items() if job.finished_before()}
+    unfinished = [job.name for key, job in run_jobs_.items() if key not in finished]
+    baselines = baseline_records(baseline_job, entity_of)
+    untrained = next(b for b in baselines if b["run"] == "untrained")
+    records = [run_record(run, seed, job, untrained, entity_of) for (run, seed), job in finished.items()]
+    if not records:
+        sys.exit("learning: no (run, seed) job has finished; nothing to report")
     plot_curves(mean_curves(records), args.plot,
-                f"Val reward over training, mean of {len(args.seeds)} seed(s) (band: ± std)")
-    text, found = report(args, records, baselines, {i: val[i] for i in held_out}, wall_minutes)
+                f"Val reward over training, mean over seeds (band: ± std); {args.steps} steps")
+    text, found, paired = report(args, records, baselines, best_fixed, {i: val[i] for i in held_out}, wall_minutes,
+                                 unfinished)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
         "date": str(datetime.date.today()), "machine": platform.platform(), "cores": os.cpu_count(),
-        "config": args.config, "sets": args.portable_sets, "steps": args.steps, "seeds": args.seeds, "jobs": args.jobs,
-        "val_questions": len(held_out), "wall_minutes": wall_minutes, "records": records, "baselines": baselines,
-        "targets": [t.as_dict() for t in found]}, indent=2) + "\n")
+        "config": args.config, "sets": args.portable_sets, "steps": args.steps, "seeds": args.run_seeds,
+        "jobs": args.jobs, "val_questions": len(held_out), "wall_minutes": wall_minutes, "partial": bool(unfinished),
+        "unfinished": unfinished, "best_fixed": best_fixed, "records": records, "baselines": baselines,
+        "targets": [t.as_dict() for t in found],
+        "paired": {name: {"mean": p.mean, "se": p.se, "n": p.n, "differences": list(p.differences)}
+                   for name, p in paired.items()}}, indent=2) + "\n")
     publish(text, "learning", write=not args.print_only)
+    for target in found:
+        print(f"{'PASS' if target.met else 'FAIL'}  {target.name}: {target.value:+.3f} {target.relation} "
+              f"{target.threshold:+.2f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 Second half of `benchmarks/learning.py`: that script trains and evaluates each (run, seed)
 and hands this module one record per pair (test-split rewards of the untrained and the
-trained pipeline, the val curve seen during training) and one baseline record per (setting,
-seed). Everything here is arithmetic on those records; nothing trains or evaluates.
+trained pipeline, per question kind, the val curve seen during training) and one baseline
+record per setting. Everything here is arithmetic on those records; nothing trains or evaluates.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Spread:
 
 @dataclass(frozen=True)
 class Target:
-    """One target of issue 14: `value` must be above (`>`, `>=`) or below (`<`) `threshold`."""
+    """One target of issue 22: `value` must be above (`>`, `>=`) or below (`<`, `<=`) `threshold`."""
 
     name: str
     value: float
@@ -53,12 +53,12 @@ class Target:
     @property
     def met(self) -> bool:
         return {">": self.value > self.threshold, ">=": self.value >= self.threshold,
-                "<": self.value < self.threshold}[self.relation]
+                "<": self.value < self.threshold, "<=": self.value <= self.threshold}[self.relation]
 
     @property
     def margin(self) -> float:
         """How far on the right side of the threshold (negative: missed by that much)."""
-        return self.threshold - self.value if self.relation == "<" else self.value - self.threshold
+        return self.threshold - self.value if self.relation in ("<", "<=") else self.value - self.threshold
 
     def as_dict(self) -> dict:
         return {"target": self.name, "value": self.value, "relation": self.relation, "threshold": self.threshold,
@@ -79,15 +79,86 @@ def summarize_runs(records: list[dict], figures: tuple[str, ...]) -> dict[str, d
             for run, rows in by_run(records).items()}
 
 
-def targets(summary: dict[str, dict[str, Spread]], full: tuple[str, ...], synchronous: str,
-            corrected: tuple[str, ...], control: str, components: tuple[str, ...]) -> list[Target]:
-    """Issue 14's targets on the test split, mean over seeds (runs missing from `summary` are left out)."""
+def kind_summary(records: list[dict], figures: tuple[str, ...]) -> dict[str, dict[str, dict[str, Spread]]]:
+    """Run -> question kind -> figure -> Spread over the run's seeds, from each record's `by_kind`."""
+    out: dict[str, dict[str, dict[str, Spread]]] = {}
+    for run, rows in by_run(records).items():
+        kinds = list(dict.fromkeys(kind for row in rows for kind in row["by_kind"]))
+        out[run] = {kind: {figure: Spread.of([row["by_kind"][kind][figure] for row in rows if kind in row["by_kind"]])
+                           for figure in figures} for kind in kinds}
+    return out
+
+
+@dataclass(frozen=True)
+class Paired:
+    """Mean of per-seed differences (run - other, same seed) and its standard error (std / sqrt n; 0 for n = 1)."""
+
+    mean: float
+    se: float
+    n: int
+    differences: tuple[float, ...]
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.3f} ± {self.se:.3f} (n = {self.n})"
+
+
+def paired_difference(records: list[dict], run: str, other: str, figure: str = "trained") -> Paired | None:
+    """`run` - `other` on `figure`, paired by seed over the seeds both finished (None when they share none)."""
+    first = {r["seed"]: r[figure] for r in records if r["run"] == run}
+    second = {r["seed"]: r[figure] for r in records if r["run"] == other}
+    differences = tuple(first[seed] - second[seed] for seed in sorted(first.keys() & second.keys()))
+    if not differences:
+        return None
+    n = len(differences)
+    se = statistics.stdev(differences) / n ** 0.5 if n > 1 else 0.0
+    return Paired(statistics.fmean(differences), se, n, differences)
+
+
+def first_step_reaching(curve: dict[int, Spread], level: float) -> int | None:
+    """The first step at which the mean curve is at or above `level` (None if it never is)."""
+    return next((step for step in sorted(curve) if curve[step].mean >= level), None)
+
+
+def steps_ratio_to_reach(curves: dict[str, dict[int, Spread]], fast: str, slow: str) -> float | None:
+    """Steps `fast` takes to reach `slow`'s final val reward, over the steps `slow` took (inf: never reached).
+
+    Val curves (mean over seeds) stand in for test reward vs step: test is evaluated at the end only.
+    """
+    if fast not in curves or slow not in curves or not curves[slow]:
+        return None
+    last = max(curves[slow])
+    reached = first_step_reaching(curves[fast], curves[slow][last].mean)
+    return float("inf") if reached is None else reached / last
+
+
+def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, dict[str, Spread]]],
+            best_fixed: float | None, curves: dict[str, dict[int, Spread]], trained: str = "local-reference",
+            component_level: str = "component-level", shared: str = "shared-reward", control: str = "shuffled",
+            components: tuple[str, ...] = ("translator-only", "reranker-only")) -> list[Target]:
+    """Issue 22's targets on the test split, mean over seeds (runs missing from `summary` are left out)."""
+    if trained not in summary:
+        return []
+    mean = {run: figures["trained"].mean for run, figures in summary.items()}
     gain = {run: figures["gain"].mean for run, figures in summary.items()}
-    trained = {run: figures["trained"].mean for run, figures in summary.items()}
-    found = [Target(f"{run}: gain over untrained", gain[run], ">=", 0.30) for run in full if run in gain]
-    if synchronous in trained:
-        found += [Target(f"{run}: distance of trained to {synchronous}", abs(trained[run] - trained[synchronous]),
-                         "<", 0.05) for run in corrected if run in trained]
+    found = []
+    if best_fixed is not None:
+        found.append(Target(f"{trained}: trained - best fixed baseline", mean[trained] - best_fixed, ">=", 0.15))
+    if component_level in mean:
+        found.append(Target(f"{trained} - {component_level}", mean[trained] - mean[component_level], ">=", -0.02))
+        visual = [kinds[run].get("visual", {}).get("reward") for run in (trained, component_level)]
+        if None not in visual:
+            found.append(Target(f"{trained} - {component_level}, visual questions", visual[0].mean - visual[1].mean,
+                                ">", 0.0))
+    adaptive = (("visual", "docs_zero_fraction", 0.80), ("one-fact", "docs_at_least_one_fraction", 0.90),
+                ("two-fact", "docs_at_least_two_fraction", 0.70))
+    for kind, figure, threshold in adaptive:
+        if kind in kinds[trained]:
+            found.append(Target(f"{trained}: {kind} {figure}", kinds[trained][kind][figure].mean, ">=", threshold))
+    ratio = steps_ratio_to_reach(curves, trained, shared)
+    if ratio is not None:
+        trivially = " (reached at step 0: the start)" if ratio == 0 else ""
+        found.append(Target(f"{trained} steps to reach {shared}'s final val reward / its steps (val proxy){trivially}",
+                            ratio, "<=", 0.6))
     if control in gain:
         found.append(Target(f"{control}: gain over untrained", gain[control], "<", 0.05))
     found += [Target(f"{run}: gain over untrained", gain[run], ">", 0.05) for run in components if run in gain]
@@ -109,8 +180,20 @@ def results_table(summary: dict[str, dict[str, Spread]], descriptions: dict[str,
 
 def targets_table(found: list[Target]) -> str:
     rows = [[t.name, f"{t.value:+.3f}", f"{t.relation} {t.threshold:+.2f}",
-             "met" if t.met else f"missed by {-t.margin:.3f}"] for t in found]
+             "PASS" if t.met else f"FAIL (missed by {-t.margin:.3f})"] for t in found]
     return markdown_table(["target (test, mean over seeds)", "measured", "required", "result"], rows)
+
+
+def kind_table(kinds: dict[str, dict[str, dict[str, Spread]]], baselines: dict[str, dict[str, dict]]) -> str:
+    """Markdown: per (pipeline, question kind), test reward and documents kept (runs: mean ± std over seeds)."""
+    header = ["pipeline", "kind", "test reward", "docs kept", "kept 0", "kept >= 1", "kept >= 2", "gold kept"]
+    rows = [[name, kind, f"{f['reward']:.3f}", f"{f['docs_kept_mean']:.2f}", f"{f['docs_zero_fraction']:.2f}",
+             f"{f['docs_at_least_one_fraction']:.2f}", f"{f['docs_at_least_two_fraction']:.2f}",
+             f"{f['gold_selected']:.2f}"] for name, by_kind in baselines.items() for kind, f in by_kind.items()]
+    rows += [[run, kind, str(f["reward"]), f"{f['docs_kept_mean'].mean:.2f}", f"{f['docs_zero_fraction'].mean:.2f}",
+              f"{f['docs_at_least_one_fraction'].mean:.2f}", f"{f['docs_at_least_two_fraction'].mean:.2f}",
+              f"{f['gold_selected'].mean:.2f}"] for run, by_kind in kinds.items() for kind, f in by_kind.items()]
+    return markdown_table(header, rows)
 
 
 def mean_curves(records: list[dict]) -> dict[str, dict[int, Spread]]:

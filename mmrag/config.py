@@ -253,6 +253,15 @@ class TrainConfig:
     """Update the adaptive reranker."""
     aggregate: Literal["mean", "max"] = "mean"
     """How a translator node's value aggregates its reranker children."""
+    credit: Literal["tree", "shared"] = "tree"
+    """Credit assignment: `tree`, reward backpropagation up the rollout tree (each node against its siblings);
+    `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean
+    (`mmrag.rl.rollout.shared_reward_credit`; `aggregate` is then unused)."""
+    method: Literal["reward-backprop", "component-level"] = "reward-backprop"
+    """`reward-backprop`: the rollout-tree trainer (`train.mode` chooses where it runs); `component-level`: the
+    paper's contrast, each component fitted on its own gold labels (`mmrag.training.component_level`: the
+    translator on the gold passages' texts, the reranker as a classifier of gold passages), then the number of
+    documents kept chosen on val; it runs in one process whatever `train.mode` says."""
     translator_loss: Literal["dpo", "dpo_reference_free"] = "dpo"
     """Local loss for the translator."""
     dpo_beta: float = 0.1

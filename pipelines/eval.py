@@ -3,7 +3,8 @@
 Runs the inference path (greedy query, top-K, greedy selection, answer, reward) over a
 question split in batches, for four settings side by side: no retrieval (no evidence),
 untrained pipeline, trained pipeline (--checkpoint RUN_DIR/export), and oracle evidence
-(the gold documents): what training bought, and the headroom left. On data converted from
+(the gold documents): what training bought, and the headroom left; then, per question kind
+(visual, one-fact, two-fact), each setting's reward and documents kept. On data converted from
 a benchmark (`mmrag convert`), each setting also gets the benchmark's official scores
 ("official/..."), computed as `mmrag score` computes them. On Ray by default
 (Ray Data: the Parquet questions through `map_batches` with a predictor that loads the
@@ -20,7 +21,7 @@ from pathlib import Path
 import ray
 
 from cluster.connect import connect
-from mmrag.evaluation.compare import compare_settings, comparison_table, write_results
+from mmrag.evaluation.compare import compare_by_kind, compare_settings, comparison_table, kind_table, write_results
 from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
 from mmrag.evaluation.settings import SETTINGS
 from mmrag.training.inputs import check_index, check_questions
@@ -74,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             "data_dir": cfg.data.dir}
     write_results(out, records, metrics, meta)
     print(comparison_table(metrics))
+    print(kind_table(compare_by_kind(records)))
     print(f"wrote {out}/predictions.jsonl and {out}/metrics.json")
     return 0
 

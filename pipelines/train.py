@@ -4,7 +4,9 @@ Both modes run the one trainer loop (`mmrag.training.loop.train`) on different p
 `--mode distributed` on Ray (stage actor pools streaming micro-batches, a DeepSpeed learner
 group, rollouts running ahead of learning by at most `train.max_policy_lag` versions);
 `--mode local-reference` in this one process (in-process stages and learner, no lag), the
-yardstick the distributed mode is checked against. `--resume` continues from
+yardstick the distributed mode is checked against. `--set train.method=component-level` trains
+the paper's contrast instead, each component on its own gold labels, in this process
+(`mmrag.training.component_level`). `--resume` continues from
 RUN_DIR/checkpoints/latest; `--resume-if-present` (train.resume=auto) does so only when there is one,
 so a job retried after its driver died resumes. RUN_DIR may be a path or s3:// / gs:// (`mmrag.storage`).
 SIGTERM (what Kubernetes and Slurm send before they reclaim a node) checkpoints at the next step
@@ -32,6 +34,7 @@ from actors.stage_pools import ActorPools
 from cluster.connect import connect
 from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config, ConfigError
+from mmrag.training.component_level import train_component_level
 from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
@@ -119,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"train: {exc}", file=sys.stderr)
         return 2
     stop = stop_on_sigterm(cfg.train.preemption_grace_s)
-    if cfg.train.mode == "distributed":
+    if cfg.train.method == "component-level":
+        summary = train_component_level(cfg, progress=progress, device=args.device, stop=stop)
+    elif cfg.train.mode == "distributed":
         try:
             summary = train_distributed(cfg, resume=args.resume, progress=progress, stop=stop)
         except PlanDoesNotFit as exc:

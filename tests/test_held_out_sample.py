@@ -17,4 +17,16 @@ def test_held_out_sample_takes_questions_from_as_many_entities_as_it_has_questio
 def test_held_out_sample_is_the_whole_split_when_asked_for_more():
     assert held_out_sample(["a", "b", "c"], 3) == ["a", "b", "c"]
     assert held_out_sample(["a", "b", "c"], 10) == ["a", "b", "c"]
-    assert held_out_sample(list("abcdefgh"), 4) == ["a", "c", "e", "g"]
+    # Strides ab, cd, ef, gh; the pick moves 7 positions (mod 2: 1) each stride.
+    assert held_out_sample(list("abcdefgh"), 4) == ["a", "d", "e", "h"]
+
+
+def test_held_out_sample_reaches_every_position_of_an_entitys_questions():
+    # 64 entities of ten questions, kinds in a fixed order (world v2): one per stride of 10 must not be
+    # always the first (a visual one). Offsets 0, 7, 4, 1, 8, 5, 2, 9, 6, 3 cycle through all ten.
+    kinds = ["visual"] * 3 + ["one-fact"] * 5 + ["two-fact"] * 2
+    split = [(entity, kind) for entity in range(64) for kind in kinds]
+    sample = held_out_sample(split, 64)
+    assert len({entity for entity, _ in sample}) == 64
+    assert [kind for _, kind in sample].count("visual") < 64 * 0.4
+    assert {kind for _, kind in sample} == set(kinds)

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from benchmarks.learning_report import Spread, mean_curves, plot_curves, results_table, summarize_runs, targets
+from benchmarks.learning_report import (Spread, kind_summary, mean_curves, paired_difference, plot_curves,
+                                        results_table, steps_ratio_to_reach, summarize_runs, targets)
 
 FIGURES = ("untrained", "trained", "gain", "recall_at_k", "gold_selected", "train_minutes")
 
@@ -35,27 +36,57 @@ def test_runs_are_summarised_over_their_own_seeds():
     assert summary["shuffled"]["trained"].n == 1
 
 
+def kinds(visual_reward: float, zero: float, one: float, two: float) -> dict:
+    figures = {"docs_kept_mean": 1.0, "docs_at_least_one_fraction": 0.0, "docs_at_least_two_fraction": 0.0,
+               "docs_zero_fraction": 0.0, "gold_selected": 0.5, "reward": 0.5}
+    return {"visual": {**figures, "reward": visual_reward, "docs_zero_fraction": zero},
+            "one-fact": {**figures, "docs_at_least_one_fraction": one},
+            "two-fact": {**figures, "docs_at_least_two_fraction": two}}
+
+
 def test_targets_take_the_mean_over_seeds_and_say_by_how_much_a_miss_misses():
     records = [
-        record("full", 0, 0.40), record("full", 1, 0.36),      # gain +0.33: met
-        record("sync", 0, 0.30), record("sync", 1, 0.30),      # gain +0.25: missed by 0.05
-        record("lag1", 0, 0.37), record("lag1", 1, 0.37),      # 0.07 from sync: missed by 0.02
-        record("lag2", 0, 0.33), record("lag2", 1, 0.31),      # 0.02 from sync: met
-        record("shuffled", 0, 0.05), record("shuffled", 1, 0.17),  # gain +0.06: missed by 0.01
-        record("translator", 0, 0.11), record("translator", 1, 0.11),  # gain +0.06: met
+        {**record("local-reference", 0, 0.70), "by_kind": kinds(0.8, 0.9, 0.95, 0.6)},
+        {**record("local-reference", 1, 0.60), "by_kind": kinds(0.6, 0.7, 0.95, 0.8)},  # mean 0.65
+        {**record("component-level", 0, 0.68), "by_kind": kinds(0.7, 0.0, 1.0, 1.0)},   # 0.65 - 0.68 = -0.03
+        {**record("shuffled", 0, 0.11), "by_kind": kinds(0, 0, 0, 0)},                  # gain +0.06: missed
+        {**record("translator-only", 0, 0.11), "by_kind": kinds(0, 0, 0, 0)},           # gain +0.06: met
+        {**record("shared-reward", 0, 0.5, curve={"0": 0.3, "100": 0.5}), "by_kind": kinds(0, 0, 0, 0)},
     ]
-    found = {t.name: t for t in targets(summarize_runs(records, FIGURES), full=("full", "sync"), synchronous="sync",
-                                        corrected=("lag1", "lag2"), control="shuffled",
-                                        components=("translator", "reranker"))}
-    assert found["full: gain over untrained"].met
-    assert not found["sync: gain over untrained"].met
-    assert found["sync: gain over untrained"].margin == pytest.approx(-0.05)
-    assert not found["lag1: distance of trained to sync"].met
-    assert found["lag1: distance of trained to sync"].margin == pytest.approx(-0.02)
-    assert found["lag2: distance of trained to sync"].met
+    summary = summarize_runs(records, FIGURES)
+    curves = {"local-reference": {0: Spread.of([0.3]), 50: Spread.of([0.5]), 100: Spread.of([0.6])},
+              "shared-reward": {0: Spread.of([0.3]), 100: Spread.of([0.5])}}
+    found = {t.name: t for t in targets(summary, kind_summary(records, tuple(kinds(0, 0, 0, 0)["visual"])),
+                                        best_fixed=0.46, curves=curves)}
+    assert found["local-reference: trained - best fixed baseline"].margin == pytest.approx(0.04)
+    assert not found["local-reference - component-level"].met
+    assert found["local-reference - component-level"].margin == pytest.approx(-0.01)
+    assert found["local-reference - component-level, visual questions"].value == pytest.approx(0.0)
+    assert not found["local-reference - component-level, visual questions"].met, "a tie is not above"
+    assert found["local-reference: visual docs_zero_fraction"].met  # 0.8 >= 0.80
+    assert found["local-reference: one-fact docs_at_least_one_fraction"].met  # 0.95
+    assert found["local-reference: two-fact docs_at_least_two_fraction"].met  # 0.7
+    steps = found["local-reference steps to reach shared-reward's final val reward / its steps (val proxy)"]
+    assert steps.value == 0.5 and steps.met  # 0.5 reached at step 50 of shared's 100
     assert found["shuffled: gain over untrained"].margin == pytest.approx(-0.01)
-    assert found["translator: gain over untrained"].met
-    assert "reranker: gain over untrained" not in found, "a run that did not run has no target"
+    assert found["translator-only: gain over untrained"].met
+    assert "reranker-only: gain over untrained" not in found, "a run that did not run has no target"
+
+
+def test_a_curve_that_never_reaches_the_level_takes_infinitely_long():
+    curves = {"fast": {0: Spread.of([0.1]), 10: Spread.of([0.2])}, "slow": {0: Spread.of([0.1]), 20: Spread.of([0.3])}}
+    assert steps_ratio_to_reach(curves, "fast", "slow") == math.inf
+
+
+def test_paired_difference_pairs_by_seed_and_gives_the_standard_error_of_the_mean():
+    records = [record("on", 0, 0.5), record("on", 1, 0.7), record("on", 2, 0.9),
+               record("off", 0, 0.4), record("off", 1, 0.7), record("off", 2, 0.6), record("off", 3, 0.0)]
+    paired = paired_difference(records, "on", "off")
+    # Seed 3 has no partner. Differences 0.1, 0.0, 0.3: mean 0.1333, std 0.1528, se 0.1528 / sqrt 3 = 0.0882.
+    assert paired.n == 3 and paired.differences == pytest.approx((0.1, 0.0, 0.3))
+    assert paired.mean == pytest.approx(0.4 / 3)
+    assert paired.se == pytest.approx(0.0882, abs=1e-4)
+    assert paired_difference(records, "on", "absent") is None
 
 
 def test_results_table_has_the_baselines_then_one_row_per_run_with_mean_and_std():

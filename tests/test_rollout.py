@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from mmrag.rl.rollout import Node, backprop_values, compute_advantages, leaves, nodes_at, shuffle_leaf_rewards
+from mmrag.rl.rollout import (Node, backprop_values, compute_advantages, leaves, nodes_at, shared_reward_credit,
+                              shuffle_leaf_rewards)
 
 
 def two_by_two(rewards=((1.0, 0.0), (0.5, 0.5))) -> Node:
@@ -110,3 +111,16 @@ def test_shuffle_permutes_rewards_across_the_batch():
     # Same multiset (four 1s, four 0s), but rewards crossed from one question to the other.
     assert sorted(first + second) == [0.0] * 4 + [1.0] * 4
     assert 0.0 in first and 1.0 in second
+
+
+def test_shared_reward_credits_every_node_with_its_leaves_raw_reward_minus_the_batch_mean():
+    # Two questions; batch leaves 1, 0, .5, .5 | 0, 0, 0, 1: baseline 3 / 8 = 0.375.
+    first, second = two_by_two(), two_by_two(((0.0, 0.0), (0.0, 1.0)))
+    shared_reward_credit([first, second])
+    assert values(first, "translator") == [0.5, 0.5] and values(second, "translator") == [0.0, 0.5]
+    assert advantages(first, "translator") == [0.125, 0.125]
+    assert advantages(second, "translator") == [-0.375, 0.125]
+    # Tree backprop would give the second question's first selections 0 and 0 (they tie as siblings).
+    assert advantages(first, "reranker") == [0.625, -0.375, 0.125, 0.125]
+    assert advantages(second, "reranker") == [-0.375, -0.375, -0.375, 0.625]
+    assert (first.value, second.value, first.advantage) == (0.5, 0.25, None)

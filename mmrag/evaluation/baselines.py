@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mmrag.data.dataset import Question
 from mmrag.evaluation.settings import gold_doc_hits
 from mmrag.models.translator import question_in_query
 from mmrag.retrieval.hit import Hit
+from mmrag.training.evaluate import summarize_by_kind
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
@@ -37,11 +38,13 @@ BATCH = 32
 
 @dataclass(frozen=True)
 class FixedBaseline:
-    """One fixed pipeline: the k chosen on val, and the val and test mean reward at every k."""
+    """One fixed pipeline: the k chosen on val, the val and test mean reward at every k, and the test figures
+    per question kind at every k (`summarize_by_kind`)."""
 
     name: str
     val_by_k: dict[int, float]
     test_by_k: dict[int, float]
+    test_kinds_by_k: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     @property
     def k(self) -> int:
@@ -57,7 +60,8 @@ class FixedBaseline:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "k": self.k, "val_reward": self.val_reward, "test_reward": self.test_reward,
-                "val_by_k": self.val_by_k, "test_by_k": self.test_by_k}
+                "val_by_k": self.val_by_k, "test_by_k": self.test_by_k,
+                "by_kind": self.test_kinds_by_k.get(self.k, {})}
 
 
 def choose_k(val_by_k: dict[int, float]) -> int:
@@ -72,17 +76,28 @@ def best_fixed(baselines: Sequence[FixedBaseline]) -> FixedBaseline:
     return max(baselines, key=lambda b: b.val_reward)
 
 
-def mean_reward_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
-                     ks: Sequence[int] = K_CHOICES) -> dict[int, float]:
-    """Mean reward when the generator reads the top k of each question's `hits`, for every k."""
-    rewards: dict[int, list[float]] = {k: [] for k in ks}
+def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
+                 ks: Sequence[int] = K_CHOICES) -> dict[int, list[dict]]:
+    """For every k, one record per question (kind, reward, selected and gold ids, as `greedy_batch` writes them)
+    when the generator reads the top k of the question's `hits`."""
+    records: dict[int, list[dict]] = {k: [] for k in ks}
     for start in range(0, len(questions), BATCH):
         batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
         table, rows = QuestionTable.of(batch), list(range(len(batch)))
         for k in ks:
             answers = pipeline.answer(table, rows, [[hit.text for hit in row[:k]] for row in batch_hits])
-            rewards[k].extend(pipeline.score(table, rows, answers))
-    return {k: statistics.fmean(values) for k, values in rewards.items()}
+            records[k].extend({"kind": q.kind, "reward": float(reward), "selected": [hit.doc_id for hit in row[:k]],
+                               "gold": list(q.gold_doc_ids)}
+                              for q, row, reward in zip(batch, batch_hits, pipeline.score(table, rows, answers)))
+    return records
+
+
+def mean_reward_by_k(records: dict[int, list[dict]]) -> dict[int, float]:
+    return {k: statistics.fmean(r["reward"] for r in rows) for k, rows in records.items()}
+
+
+def kinds_by_k(records: dict[int, list[dict]]) -> dict[int, dict[str, dict[str, float]]]:
+    return {k: summarize_by_kind(rows) for k, rows in records.items()}
 
 
 def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
@@ -126,25 +141,30 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
     """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle."""
     splits = {"val": val, "test": test}
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
-    by_form = {}
+    baselines = []
     for form in QUERY_FORMS:
-        by_form[form] = {split: mean_reward_by_k(pipeline, questions,
-                                                 retrieve(pipeline, form, questions, responses[split]))
-                         for split, questions in splits.items()}
-    baselines = [FixedBaseline(form, scores["val"], scores["test"]) for form, scores in by_form.items()]
+        scored = {split: records_by_k(pipeline, questions, retrieve(pipeline, form, questions, responses[split]))
+                  for split, questions in splits.items()}
+        baselines.append(FixedBaseline(form, mean_reward_by_k(scored["val"]), mean_reward_by_k(scored["test"]),
+                                       kinds_by_k(scored["test"])))
     shipped = best_fixed(baselines)
     every = max(K_CHOICES)
-    oracle = {split: oracle_reward(pipeline, questions) for split, questions in splits.items()}
-    return [*baselines,
-            FixedBaseline("never-retrieve", {0: shipped.val_by_k[0]}, {0: shipped.test_by_k[0]}),
-            FixedBaseline(f"always-retrieve ({shipped.name}, top {every})", {every: shipped.val_by_k[every]},
-                          {every: shipped.test_by_k[every]}),
-            FixedBaseline("oracle", {-1: oracle["val"]}, {-1: oracle["test"]})]
+    oracle = {split: oracle_records(pipeline, questions) for split, questions in splits.items()}
+    return [*baselines, fixed_at(shipped, 0, "never-retrieve"),
+            fixed_at(shipped, every, f"always-retrieve ({shipped.name}, top {every})"),
+            FixedBaseline("oracle", mean_reward_by_k(oracle["val"]), mean_reward_by_k(oracle["test"]),
+                          kinds_by_k(oracle["test"]))]
 
 
-def oracle_reward(pipeline: LocalPipeline, questions: list[Question]) -> float:
-    """Mean reward with exactly the gold documents as evidence (k = -1 marks "all the gold ones")."""
+def fixed_at(baseline: FixedBaseline, k: int, name: str) -> FixedBaseline:
+    """`baseline` with its k fixed (no choice left to val)."""
+    return FixedBaseline(name, {k: baseline.val_by_k[k]}, {k: baseline.test_by_k[k]},
+                         {k: baseline.test_kinds_by_k[k]})
+
+
+def oracle_records(pipeline: LocalPipeline, questions: list[Question]) -> dict[int, list[dict]]:
+    """Records with exactly the gold documents as evidence, under k = -1 ("all the gold ones")."""
     gold = gold_doc_hits(pipeline.cfg.data.dir, {d for q in questions for d in q.gold_doc_ids})
     hits = [[gold[d] for d in q.gold_doc_ids] for q in questions]
     longest = max((len(row) for row in hits), default=0)
-    return mean_reward_by_k(pipeline, questions, hits, ks=(longest,))[longest]
+    return {-1: records_by_k(pipeline, questions, hits, ks=(longest,))[longest]}

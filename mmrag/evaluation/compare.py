@@ -5,7 +5,8 @@ summary of `mmrag.training.evaluate.summarize` (reward, recall@K, documents kept
 length), every lenient answer metric, recall@1/@5 over the questions that have gold
 documents, and, for converted benchmark data (a references file beside the questions),
 the benchmark's official aggregates under "official/...", computed by the same scorers as
-`mmrag score`. For A-OKVQA multiple choice the free-form answer is first mapped to an
+`mmrag score`; beside them, per question kind, the reward and the documents kept
+(`compare_by_kind`, `kind_table`). For A-OKVQA multiple choice the free-form answer is first mapped to an
 option (`choice_for_answer`; an answer naming no option is scored as a wrong choice).
 """
 
@@ -20,7 +21,7 @@ from mmrag.evaluation.settings import SETTINGS
 from mmrag.metrics.aokvqa import AokvqaReference, choice_for_answer
 from mmrag.metrics.benchmarks import mean_answer_metrics, mean_recall_at_k
 from mmrag.metrics.scoring import Benchmark, Prediction, score_predictions
-from mmrag.training.evaluate import summarize
+from mmrag.training.evaluate import summarize, summarize_by_kind
 
 RECALL_KS = (1, 5)
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -56,6 +57,30 @@ def compare_settings(records: list[dict], references: References | None = None) 
     return {s: setting_metrics(by_setting[s], references) for s in SETTINGS if s in by_setting}
 
 
+def compare_by_kind(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Setting -> question kind -> `summarize_by_kind` figures, settings in the order of `SETTINGS`."""
+    by_setting: dict[str, list[dict]] = {}
+    for record in records:
+        by_setting.setdefault(record["setting"], []).append(record)
+    return {s: summarize_by_kind(by_setting[s]) for s in SETTINGS if s in by_setting}
+
+
+KIND_COLUMNS = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
+                "docs_at_least_two_fraction", "gold_selected")
+
+
+def kind_table(by_kind: dict[str, dict[str, dict[str, float]]]) -> str:
+    """One row per (setting, question kind): questions, reward and the documents kept."""
+    header = ["setting", "kind", "questions", "reward", "docs kept", "kept 0", "kept >=1", "kept >=2", "gold kept"]
+    widths = [max(14, len(h) + 2) for h in header]
+    lines = ["".join(f"{h:>{w}}" for h, w in zip(header, widths))]
+    for setting, kinds in by_kind.items():
+        for kind, figures in kinds.items():
+            cells = [setting, kind, str(figures["questions"]), *(f"{figures[c]:.3f}" for c in KIND_COLUMNS)]
+            lines.append("".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
+    return "\n".join(lines)
+
+
 def comparison_table(metrics: dict[str, dict[str, float]]) -> str:
     """One row per metric, one column per setting (a metric missing in a setting shows as '-')."""
     settings = list(metrics)
@@ -70,13 +95,15 @@ def comparison_table(metrics: dict[str, dict[str, float]]) -> str:
 
 def write_results(out_dir: str | Path, records: list[dict], metrics: dict[str, dict[str, float]],
                   meta: dict) -> Path:
-    """OUT/predictions.jsonl (one line per question and setting) and OUT/metrics.json ({meta, settings})."""
+    """OUT/predictions.jsonl (one line per question and setting) and OUT/metrics.json ({meta, settings,
+    by_kind: setting -> question kind -> figures})."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / PREDICTIONS_FILE).open("w") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
-    (out_dir / METRICS_FILE).write_text(json.dumps({**meta, "settings": metrics}, indent=2))
+    (out_dir / METRICS_FILE).write_text(json.dumps({**meta, "settings": metrics, "by_kind": compare_by_kind(records)},
+                                                   indent=2))
     return out_dir
 
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from mmrag.config import Config
-from mmrag.data.dataset import Question, decode_image, questions_file
+from mmrag.data.dataset import UNKNOWN_KIND, Question, decode_image, questions_file
 from mmrag.evaluation.settings import SETTINGS, NoRetrieval, OracleEvidence, gold_doc_hits
 from mmrag.training.evaluate import greedy_batch
 from mmrag.training.pipeline import LocalPipeline
@@ -56,7 +56,7 @@ def question_from_row(row: dict) -> Question:
     """A `Question` from one row of a questions Parquet file (image as encoded bytes)."""
     return Question(id=row["id"], image_source=decode_image(row["image"]), question=row["question"],
                     answers=list(row["answers"]), entity_id=row.get("entity_id") or "",
-                    gold_doc_ids=list(row.get("gold_doc_ids") or []))
+                    gold_doc_ids=list(row.get("gold_doc_ids") or []), kind=row.get("kind") or UNKNOWN_KIND)
 
 
 def questions_path(data_dir: str | Path, split: str) -> Path:

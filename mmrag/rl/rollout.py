@@ -120,6 +120,29 @@ def compute_advantages(root: Node) -> None:
             child.advantage = child.value - baseline
 
 
+def shared_reward_credit(roots: list[Node]) -> None:
+    """Shared reward, no tree backprop: every node's value is the mean raw reward of the leaves below it (a
+    leaf: its own reward) and its advantage that value minus the batch baseline, the mean leaf reward of
+    the whole batch. Fills `value` and `advantage` on every node (the roots' advantage stays None).
+
+    A query drawn once and followed by M selections is M trajectories that each credit it with their
+    own reward; a policy gradient sums them, which is the mean of its leaves: so with `aggregate: mean`
+    the translator's values are tree backprop's, and what differs is the reranker's credit (the whole
+    batch as its baseline instead of the selections drawn for the same query) and every advantage.
+    """
+    batch_leaves = [leaf for root in roots for leaf in leaves(root)]
+    unscored = [leaf for leaf in batch_leaves if leaf.reward is None]
+    if unscored:
+        raise ValueError(f"leaf at level {unscored[0].level!r} (output {unscored[0].output!r}) has no reward; "
+                         "score every leaf before assigning credit")
+    baseline = statistics.fmean(float(leaf.reward) for leaf in batch_leaves)
+    for root in roots:
+        for node in walk(root):
+            node.value = statistics.fmean(float(leaf.reward) for leaf in leaves(node))
+            if node is not root:
+                node.advantage = node.value - baseline
+
+
 def shuffle_leaf_rewards(roots: list[Node], rng: random.Random) -> None:
     """Control experiment: permute leaf rewards across the whole batch, before backprop.
 

@@ -3,7 +3,8 @@
 Runs the inference path (N = M = 1, both components greedy) through any `Stages`
 implementation and reports the mean reward plus what explains it: retrieval recall@K of the
 gold documents, how often a gold document was among the kept ones, how many documents were
-kept, query length.
+kept, query length; and, per question kind (visual, one-fact, two-fact: the knowledge a
+question demands), the reward and how many documents were kept (`summarize_by_kind`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import TypeVar
 
-from mmrag.data.dataset import Question
+from mmrag.data.dataset import KINDS, Question
 from mmrag.training.stages import QuestionTable, Stages
 
 T = TypeVar("T")
@@ -28,7 +29,7 @@ def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
     answers = stages.answer(table, rows, evidence)
     rewards = stages.score(table, rows, answers)
     return [
-        {"id": q.id, "question": q.question, "query": query, "answer": answer, "reward": float(reward),
+        {"id": q.id, "kind": q.kind, "question": q.question, "query": query, "answer": answer, "reward": float(reward),
          "retrieved": [h.doc_id for h in row], "selected": [row[j].doc_id for j in selection],
          "selected_titles": [row[j].title for j in selection],
          "gold": list(q.gold_doc_ids)}
@@ -37,13 +38,16 @@ def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
 
 
 def summarize(predictions: list[dict]) -> dict[str, float]:
-    """Aggregate metrics over `greedy_batch` records."""
+    """Aggregate metrics over `greedy_batch` records; with question kinds (world v2) also each kind's reward and
+    documents kept, as "KIND/reward_mean" and "KIND/docs_kept_mean" (what `mmrag train`'s held-out table shows)."""
     if not predictions:
         raise ValueError("evaluation: no questions to evaluate (check train.eval_questions and the val split)")
 
     def rate(hit) -> float:
         return statistics.fmean(1.0 if hit(p) else 0.0 for p in predictions)
 
+    per_kind = {f"{kind}/{name}": figures[figure] for kind, figures in summarize_by_kind(predictions).items()
+                if kind in KINDS for name, figure in (("reward_mean", "reward"), ("docs_kept_mean", "docs_kept_mean"))}
     return {
         "reward_mean": statistics.fmean(p["reward"] for p in predictions),
         "recall_at_k": rate(lambda p: set(p["gold"]) & set(p["retrieved"])),
@@ -51,18 +55,49 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         "gold_first": rate(lambda p: p["selected"][:1] and p["selected"][0] in p["gold"]),
         "docs_kept_mean": statistics.fmean(len(p["selected"]) for p in predictions),
         "query_words_mean": statistics.fmean(len(p["query"].split()) for p in predictions),
+        **per_kind,
     }
 
 
-def held_out_sample(questions: list[T], n: int) -> list[T]:
-    """`n` of `questions` at even strides (all of them if fewer).
+def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
+    """Per question kind present (in `KINDS` order, then any other, e.g. "unknown"): mean reward, documents
+    kept (mean; fractions keeping 0, >= 1, >= 2) and how often a gold document was kept, over `greedy_batch`
+    records. A kind with no gold documents (visual) has gold_selected 0: nothing there can be kept."""
+    grouped: dict[str, list[dict]] = {}
+    for record in predictions:
+        grouped.setdefault(record.get("kind", "unknown"), []).append(record)
+    order = [*[k for k in KINDS if k in grouped], *sorted(set(grouped) - set(KINDS))]
 
-    A synthetic split is stored grouped by entity, eight questions each (all showing the same
-    object): its first 64 would come from only 8 entities.
+    def figures(records: list[dict]) -> dict[str, float]:
+        kept = [len(r["selected"]) for r in records]
+        return {"questions": len(records),
+                "reward": statistics.fmean(r["reward"] for r in records),
+                "docs_kept_mean": statistics.fmean(kept),
+                "docs_zero_fraction": statistics.fmean(1.0 if n == 0 else 0.0 for n in kept),
+                "docs_at_least_one_fraction": statistics.fmean(1.0 if n >= 1 else 0.0 for n in kept),
+                "docs_at_least_two_fraction": statistics.fmean(1.0 if n >= 2 else 0.0 for n in kept),
+                "gold_selected": statistics.fmean(1.0 if set(r["gold"]) & set(r["selected"]) else 0.0
+                                                  for r in records)}
+
+    return {kind: figures(grouped[kind]) for kind in order}
+
+
+POSITION_STEP = 7
+"""How far the pick moves inside successive strides (coprime with the usual questions per entity, 8 and 10)."""
+
+
+def held_out_sample(questions: list[T], n: int) -> list[T]:
+    """`n` of `questions`, one from each of n even strides (all of them if fewer).
+
+    A synthetic split is stored grouped by entity, eight or ten questions each, in a fixed order of kinds
+    (world v2: three visual, five one-fact, two two-fact): its first 64 would come from only 8 entities,
+    and the first question of each stride of 10 would always be a visual one. So the pick moves through
+    the stride, by `POSITION_STEP` positions a stride, and reaches every position of an entity's questions.
     """
     if n >= len(questions):
         return list(questions)
-    return [questions[index * len(questions) // n] for index in range(n)]
+    stride = len(questions) // n
+    return [questions[index * len(questions) // n + (index * POSITION_STEP) % stride] for index in range(n)]
 
 
 def evaluate(stages: Stages, questions: list[Question], batch_size: int = 32) -> tuple[dict[str, float], list[dict]]:

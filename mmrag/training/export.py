@@ -72,6 +72,13 @@ def with_exported_translator(cfg: Config, export_dir: str | Path) -> Config:
     return dataclasses.replace(cfg, translator=translator)
 
 
+def with_exported_selection(cfg: Config, export_dir: str | Path) -> Config:
+    """A copy of `cfg` whose reranker keeps at most the export's `reranker.max_docs` (e.g. the k that
+    component-level training chose on val, `mmrag.training.component_level`)."""
+    max_docs = export_meta(export_dir)["reranker"]["max_docs"]
+    return dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, max_docs=max_docs))
+
+
 def load_reranker_weights(reranker, export_dir: str | Path) -> None:
     reranker.load_trainable_state_dict(exported_reranker_state(export_dir))
 

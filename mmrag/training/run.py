@@ -17,7 +17,8 @@ from pathlib import Path
 from mmrag import storage
 from mmrag.config import Config, config_to_dict
 from mmrag.data.dataset import Question
-from mmrag.rl.rollout import Node, backprop_values, compute_advantages, leaves, nodes_at, shuffle_leaf_rewards
+from mmrag.rl.rollout import (Node, backprop_values, compute_advantages, leaves, nodes_at, shared_reward_credit,
+                              shuffle_leaf_rewards)
 
 
 class QuestionCursor:
@@ -47,9 +48,13 @@ class QuestionCursor:
 
 
 def score_trees(roots: list[Node], cfg: Config, rng: random.Random) -> None:
-    """Reward backprop: optional reward shuffle (control), node values, sibling advantages."""
+    """Reward backprop: optional reward shuffle (control), node values, sibling advantages (or, with
+    `train.credit: shared`, the shared-reward ablation's values and batch-baseline advantages)."""
     if cfg.train.shuffle_rewards:
         shuffle_leaf_rewards(roots, rng)
+    if cfg.train.credit == "shared":
+        shared_reward_credit(roots)
+        return
     for root in roots:
         backprop_values(root, {"reranker": cfg.train.aggregate, "translator": "mean"})
         compute_advantages(root)

@@ -131,6 +131,7 @@ def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tenso
     """(loss weights, or None with the correction off; the ratio statistics, logged either way)."""
     weights, ratios = truncated_importance_weights(log_ratios, cfg.importance_ratio_cap)
     stats = {"importance_ratio_mean": float(ratios.mean()),
+             "importance_ratio_std": float(ratios.std(unbiased=False)),
              "importance_ratio_truncated": float((ratios > cfg.importance_ratio_cap).float().mean())}
     return (weights if cfg.off_policy_correction else None), stats
 
