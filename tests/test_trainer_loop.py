@@ -300,6 +300,18 @@ def test_after_a_learner_restore_at_lag_2_the_run_trains_the_uninterrupted_runs_
     assert len(set(versions)) == len(versions), f"a weights id was produced twice: {versions}"
 
 
+def test_a_restore_to_the_step_just_completed_keeps_the_queued_rollouts_and_retrains_the_failed_batch(
+        pipeline, tiny_config, tmp_path):
+    cfg = tiny_config(tmp_path, "train.max_policy_lag=2", "train.checkpoint_every=1", "train.steps=6",
+                      "train.eval_every=100")
+    summary = train(cfg, InlinePools(pipeline), CountingLearner(polls=2, fail_at=4), progress=False)
+    assert summary["trained_rollouts"] == list(range(1, 7))
+    assert [r["rollout"] for r in step_records(tmp_path)] == [1, 2, 3, 4, 5, 6], "rollout 4 trained again, once"
+    ledger = summary["ledger"]
+    assert (ledger["abandoned_attempts"], ledger["steps_redone"], ledger["restores"]["rank_lost"]) == (0, 0, 1), \
+        "nothing rolled out again: the queued rollouts were drawn by the restored weights"
+
+
 class Mutation:
     """A bookkeeping bug planted into the trainer, which the run's own ledger check must catch."""
 
@@ -330,7 +342,9 @@ class Mutation:
 @pytest.mark.parametrize("mutation", ["no_trained_on", "batch_handed_over_twice", "in_flight_batch_lost_on_restore"])
 def test_a_bookkeeping_bug_fails_the_runs_own_ledger_check(mutation, pipeline, tiny_config, tmp_path, monkeypatch):
     getattr(Mutation, mutation)(monkeypatch)
-    cfg = tiny_config(tmp_path, "train.max_policy_lag=2", "train.checkpoint_every=1", "train.steps=5",
+    # A checkpoint every 2 steps: the failed update 4 then has a step to redo, so the restore rolls back (a
+    # restore to the step just completed keeps the queue and never reads the rollback point).
+    cfg = tiny_config(tmp_path, "train.max_policy_lag=2", "train.checkpoint_every=2", "train.steps=5",
                       "train.eval_every=100")
     with pytest.raises(LedgerUnbalanced):
         train(cfg, InlinePools(pipeline), CountingLearner(polls=2, fail_at=4), progress=False)
