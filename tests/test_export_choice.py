@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from mmrag.config import load_config
 from mmrag.training import loop
 from mmrag.training.export_choice import best_validation_step
 from mmrag.training.model_card import CARD
@@ -78,3 +81,9 @@ def test_a_resumed_best_val_run_knows_the_step_its_export_holds(pipeline, tiny_c
     summary = loop.train(tiny_config(tmp_path, *settings), InlinePools(pipeline), resumed, resume=True, progress=False)
     assert resumed.exported == [], "steps 3 and 4 do not beat step 1's 0.70"
     assert summary["exported_step"] == 1
+
+
+def test_world_v2_exports_the_best_validated_step_and_the_v1_preset_its_last():
+    assert load_config(None).train.export == "best_val"
+    v1 = Path(__file__).resolve().parents[1] / "configs/local-v1.yaml"
+    assert load_config(v1).train.export == "last", "the v1 figures and the tests' tiny config are last-step exports"
