@@ -86,7 +86,6 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
 
     2 questions per step, 3 queries x 4 selections each, top 12: small, yet most steps carry learning signal
     for both components (the fitted zoo models retrieve well enough for rewards to differ between siblings).
-    Exports the last step's weights: 2 held-out questions cannot choose a best checkpoint.
     """
     from mmrag.config import load_config
 
@@ -96,7 +95,7 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
             f"train.run_dir={run_dir}", "translator.max_new_tokens=8", "translator.num_samples=3",
             "reranker.num_samples=4", "index.top_k=12", "train.questions_per_step=2", "train.micro_batch_size=1",
             "train.eval_questions=2", "train.eval_every=100", "train.checkpoint_every=0", "train.max_policy_lag=0",
-            "train.steps=4", "train.export=last", *overrides])
+            "train.steps=4", *overrides])
 
     return config
 
