@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from mmrag.data.dataset import load_questions
-from mmrag.evaluation.baselines import K_CHOICES
+from mmrag.training.fixed_k import K_CHOICES
 from mmrag.training.component_level import train_component_level
 from mmrag.training.evaluate import evaluate
 from mmrag.training.export import exported_trainable_weights

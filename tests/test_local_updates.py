@@ -79,7 +79,7 @@ def test_reranker_policy_loss_on_policy_by_hand_with_importance_ratio_exactly_on
     assert local.examples == 2
     # -mean(A * log P): -(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2.
     assert local.loss.item() == pytest.approx(-(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2, abs=1e-5)
-    assert local.stats == {"importance_ratio_mean": 1.0, "importance_ratio_truncated": 0.0}
+    assert local.stats == {"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0, "importance_ratio_truncated": 0.0}
     expected_grad = -(0.5 * STOP_GRAD_FIRST - 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
     assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
 
@@ -93,8 +93,10 @@ def test_stale_reranker_selections_are_weighted_by_their_truncated_ratio(reranke
     weights = (2.0, 0.5) if correction else (1.0, 1.0)  # ratio 3 truncated at the cap 2
     expected = -(weights[0] * 0.5 * LOGPROB_FIRST - weights[1] * 0.5 * LOGPROB_EMPTY) / 2
     assert local.loss.item() == pytest.approx(expected, abs=1e-5)
-    # The ratios are logged whether or not they weight the loss: mean (3 + 0.5) / 2, half above the cap.
-    assert local.stats == pytest.approx({"importance_ratio_mean": 1.75, "importance_ratio_truncated": 0.5}, abs=1e-5)
+    # The ratios are logged whether or not they weight the loss: mean (3 + 0.5) / 2, spread |3 - 0.5| / 2 (the
+    # standard deviation of two values), half above the cap.
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.75, "importance_ratio_std": 1.25,
+                                         "importance_ratio_truncated": 0.5}, abs=1e-5)
     expected_grad = -(weights[0] * 0.5 * STOP_GRAD_FIRST - weights[1] * 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
     assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
 
@@ -109,7 +111,8 @@ def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
     # One pair ((0,) over ()), weight min(3 * 0.5, 2) = 1.5.
     assert local.examples == 1
     assert local.loss.item() == pytest.approx(1.5 * math.log1p(math.exp(-margin)), abs=1e-5)
-    assert local.stats == pytest.approx({"importance_ratio_mean": 1.5, "importance_ratio_truncated": 0.0,
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.5, "importance_ratio_std": 0.0,
+                                         "importance_ratio_truncated": 0.0,
                                          "reward_margin": margin, "pair_accuracy": 0.0}, abs=1e-5)
 
 

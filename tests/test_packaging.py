@@ -48,6 +48,7 @@ def _names(requirements: list[Requirement]) -> set[str]:
 def _third_party_imports(folder: str) -> dict[str, bool]:
     """{top-level module: imported at some module's top level} over the .py files under `folder`."""
     found: dict[str, bool] = {}
+    siblings = {path.stem for path in (ROOT / folder).glob("*.py")}  # e.g. one test module reusing another's helper
     for path in (ROOT / folder).rglob("*.py"):
         tree = ast.parse(path.read_text())
         top_level = {id(node) for node in tree.body}
@@ -60,7 +61,7 @@ def _third_party_imports(folder: str) -> dict[str, bool]:
                 continue
             for module in modules:
                 name = module.split(".")[0]
-                if name not in sys.stdlib_module_names and name not in LOCAL_MODULES:
+                if name not in sys.stdlib_module_names and name not in LOCAL_MODULES and name not in siblings:
                     found[name] = found.get(name, False) or id(node) in top_level
     return found
 

@@ -104,9 +104,11 @@ def test_a_query_cut_at_max_new_tokens_scores_without_its_forced_end_of_turn(ful
     samples = translator.sample(images, QUESTIONS, n=3)
     queries = [s.text for row in samples for s in row]
     flat_images, flat_questions = [i for i in images for _ in range(3)], [q for q in QUESTIONS for _ in range(3)]
+    # A sample reports its log-prob under the distribution it was drawn from: at the sampling temperature.
+    temperature = translator.cfg.temperature
     with torch.no_grad():
-        recomputed = translator.logprobs(flat_images, flat_questions, queries)
-    reference = translator.reference_logprobs(flat_images, flat_questions, queries)
+        recomputed = translator.logprobs(flat_images, flat_questions, queries, temperature)
+    reference = translator.reference_logprobs(flat_images, flat_questions, queries, temperature)
     reported = torch.tensor([s.logprob for row in samples for s in row])
     assert torch.allclose(reported, recomputed, atol=1e-4) and torch.allclose(reference, recomputed, atol=1e-5)
 

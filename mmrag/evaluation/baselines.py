@@ -18,7 +18,6 @@ how a world words its texts: it reads questions, the KB index and the gold ids o
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,13 +26,11 @@ from mmrag.evaluation.settings import gold_doc_hits
 from mmrag.models.translator import question_in_query
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import summarize_by_kind
+from mmrag.training.fixed_k import BATCH, K_CHOICES, choose_k, mean_reward_by_k, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
-K_CHOICES = (0, 1, 2, 3, 5)
-"""Documents handed to the generator by a fixed pipeline (top k in retrieval order)."""
 QUERY_FORMS = ("question", "caption", "caption+question", "image")
-BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -64,36 +61,9 @@ class FixedBaseline:
                 "by_kind": self.test_kinds_by_k.get(self.k, {})}
 
 
-def choose_k(val_by_k: dict[int, float]) -> int:
-    """The k with the highest val reward; on a tie the smaller k (fewer documents to read)."""
-    if not val_by_k:
-        raise ValueError("choose_k: no k was evaluated on val")
-    return min(val_by_k, key=lambda k: (-val_by_k[k], k))
-
-
 def best_fixed(baselines: Sequence[FixedBaseline]) -> FixedBaseline:
     """The baseline with the best val reward (at its chosen k): the one a practitioner would ship."""
     return max(baselines, key=lambda b: b.val_reward)
-
-
-def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
-                 ks: Sequence[int] = K_CHOICES) -> dict[int, list[dict]]:
-    """For every k, one record per question (kind, reward, selected and gold ids, as `greedy_batch` writes them)
-    when the generator reads the top k of the question's `hits`."""
-    records: dict[int, list[dict]] = {k: [] for k in ks}
-    for start in range(0, len(questions), BATCH):
-        batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
-        table, rows = QuestionTable.of(batch), list(range(len(batch)))
-        for k in ks:
-            answers = pipeline.answer(table, rows, [[hit.text for hit in row[:k]] for row in batch_hits])
-            records[k].extend({"kind": q.kind, "reward": float(reward), "selected": [hit.doc_id for hit in row[:k]],
-                               "gold": list(q.gold_doc_ids)}
-                              for q, row, reward in zip(batch, batch_hits, pipeline.score(table, rows, answers)))
-    return records
-
-
-def mean_reward_by_k(records: dict[int, list[dict]]) -> dict[int, float]:
-    return {k: statistics.fmean(r["reward"] for r in rows) for k, rows in records.items()}
 
 
 def kinds_by_k(records: dict[int, list[dict]]) -> dict[int, dict[str, dict[str, float]]]:

@@ -35,12 +35,12 @@ from tqdm import tqdm
 
 from mmrag.config import Config
 from mmrag.data.dataset import KB_FILE, Question, load_questions
-from mmrag.evaluation.baselines import BATCH, choose_k, mean_reward_by_k, records_by_k
 from mmrag.models.lvlm import decode_response, response_token_ids, sequence_logprobs
 from mmrag.models.reranker import candidates_of
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import held_out_sample
 from mmrag.training.export import save_export
+from mmrag.training.fixed_k import BATCH, choose_k, mean_reward_by_k, records_by_k
 from mmrag.training.metrics_log import MetricsLog
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.run import QuestionCursor, prepare_run_dir

@@ -1,0 +1,49 @@
+"""A fixed number of documents, chosen on val: what a practitioner tunes when nothing else is trained.
+
+The generator reads the top k of each question's ranked documents for every k of `K_CHOICES`
+(k = 0 is never retrieving); `choose_k` picks k on val's mean reward alone. Shared by the fixed
+baselines (`mmrag.evaluation.baselines`, retrieval order) and component-level training
+(`mmrag.training.component_level`, its classifier's order).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from mmrag.data.dataset import Question
+from mmrag.retrieval.hit import Hit
+from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.stages import QuestionTable
+
+K_CHOICES = (0, 1, 2, 3, 5)
+"""Documents handed to the generator by a fixed pipeline (top k in retrieval order)."""
+BATCH = 32
+"""Questions the generator reads at once."""
+
+
+def choose_k(val_by_k: dict[int, float]) -> int:
+    """The k with the highest val reward; on a tie the smaller k (fewer documents to read)."""
+    if not val_by_k:
+        raise ValueError("choose_k: no k was evaluated on val")
+    return min(val_by_k, key=lambda k: (-val_by_k[k], k))
+
+
+def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
+                 ks: Sequence[int] = K_CHOICES) -> dict[int, list[dict]]:
+    """For every k, one record per question (kind, reward, selected and gold ids, as `greedy_batch` writes them)
+    when the generator reads the top k of the question's `hits`."""
+    records: dict[int, list[dict]] = {k: [] for k in ks}
+    for start in range(0, len(questions), BATCH):
+        batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
+        table, rows = QuestionTable.of(batch), list(range(len(batch)))
+        for k in ks:
+            answers = pipeline.answer(table, rows, [[hit.text for hit in row[:k]] for row in batch_hits])
+            records[k].extend({"kind": q.kind, "reward": float(reward), "selected": [hit.doc_id for hit in row[:k]],
+                               "gold": list(q.gold_doc_ids)}
+                              for q, row, reward in zip(batch, batch_hits, pipeline.score(table, rows, answers)))
+    return records
+
+
+def mean_reward_by_k(records: dict[int, list[dict]]) -> dict[int, float]:
+    return {k: statistics.fmean(r["reward"] for r in rows) for k, rows in records.items()}
