@@ -181,7 +181,7 @@ def report(figures: dict, replica_counts: list[int]) -> str:
         f"{1e3 * figures['driver_cpu_s_per_call']:.2f} ms per call, "
         f"{1e3 * figures['driver_cpu_s_per_micro_batch']:.1f} ms per micro-batch at {CALLS_PER_MICRO_BATCH} calls.",
         "",
-        f"Driver peak RSS at start-up (imports, train split loaded, cursor built; images left in the file): "
+        "Driver peak RSS at start-up (imports, train split loaded, cursor built; images left in the file): "
         + ", ".join(f"{int(n):,} questions {rss / 2**20:.0f} MiB" for n, rss in figures["driver_rss_bytes"].items())
         + f"; ratio {figures['driver_rss_ratio_100k_over_10k']:.2f} (target <= 1.2).",
         f"Bytes through the driver per leaf for the question table and the query vectors (64x64 PNG images, "
