@@ -59,7 +59,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def trained_run(synth_dir, zoo_dir, tmp_path_factory):
-    """(cfg, checkpoint, config file) of a 1-step single-process training run over the 24-entity synthetic data."""
+    """(cfg, checkpoint, config file) of a 1-step single-process training run over the 24-entity synthetic data,
+    exporting its last step (policy version 1: two held-out questions cannot choose a best checkpoint)."""
     from mmrag.retrieval.build import build_index
     from mmrag.training.local import train_local
 
@@ -67,7 +68,7 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
     cfg = load_config(ROOT / "configs/local.yaml", [
         f"data.dir={synth_dir}", f"index.dir={work / 'index'}", f"zoo.cache_dir={zoo_dir}",
         f"train.run_dir={work / 'run'}", "train.steps=1", "train.questions_per_step=2", "train.eval_questions=2",
-        "translator.num_samples=2", "reranker.num_samples=2", f"serving.port={free_port()}",
+        "train.export=last", "translator.num_samples=2", "reranker.num_samples=2", f"serving.port={free_port()}",
         *TINY_MODELS, *LIMITS, *BOUNDS])
     build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir)
     train_local(cfg, progress=False)
