@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from benchmarks.results import config_in_words, machine, markdown_table, portable_overrides, publish_figures
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import best_fixed, fixed_baselines
 from mmrag.training.pipeline import LocalPipeline
@@ -37,7 +37,7 @@ def report(baselines, val, test, args, minutes: float) -> str:
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
     return (f"## Fixed baselines, no training ({datetime.date.today()})\n\n"
             f"Machine: {machine()}; {minutes:.1f} min. "
-            f"Config {args.config or '(embedded defaults)'} {portable_overrides(args.overrides)}. "
+            f"Config {config_in_words(args.config, args.overrides)}. "
             f"Untrained zoo models, greedy, the config's reward; each pipeline hands the generator the top k "
             f"documents in retrieval order, k chosen on val ({len(val)} questions from {entities(val)} entities), "
             f"reported on test ({len(test)} questions from {entities(test)} entities). One run: no seed is "

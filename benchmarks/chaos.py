@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import ray
 
-from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
 from pipelines.options import add_config_options, config_from_args
@@ -142,7 +142,7 @@ def main() -> None:
                **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
-        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; "
+        f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
         f"{args.steps} steps per run; in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
         f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
         f"shard SIGSTOPped for "

@@ -335,7 +335,7 @@ def report(args: argparse.Namespace, records: list[dict], baselines: list[dict],
         f"## Learning on the test split ({datetime.date.today()})\n\n{partial}"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
         f"each; this invocation {wall_minutes:.0f} min, the reported jobs "
-        f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. Config {args.config} {' '.join(args.portable_sets)}; "
+        f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
         f"{args.steps} steps of {load_config(resolve_config(args.config), args.set).train.questions_per_step} "
         f"questions; seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)} (train.seed: "
         "initialisation, sampling, data order; the data are the same for every run). Every figure is greedy "

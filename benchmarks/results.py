@@ -69,6 +69,11 @@ def portable_overrides(assignments: list[str]) -> str:
     return " ".join(portable_assignment(assignment) for assignment in assignments)
 
 
+def config_in_words(config: str | None, assignments: list[str]) -> str:
+    """The config a report ran with: the file or preset (or the embedded defaults) and its portable overrides."""
+    return " ".join(filter(None, [config or "(embedded defaults)", portable_overrides(assignments)]))
+
+
 def publish_figures(report: str, figures: dict | list, json_path: Path, write: bool = True) -> None:
     """Write a benchmark's figures to `json_path`, then `publish` its report as the section named after the
     JSON file (results/NAME.json: section NAME); neither when `write` is off.

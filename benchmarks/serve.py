@@ -57,7 +57,7 @@ import torch
 from ray import serve
 
 from actors.serving.app import pipeline_app, replica_pids
-from benchmarks.results import machine, markdown_table, portable_assignment, portable_overrides, publish_figures
+from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.presets import resolve_config
@@ -290,7 +290,7 @@ def report(figures: dict, cfg: Config, args: argparse.Namespace) -> str:
     serving = cfg.serving
     return "\n".join([
         f"## Serving: overhead, concurrency, load ({datetime.date.today().isoformat()})", "",
-        f"Machine: {machine(with_load=True)}. Config {args.config} {portable_overrides(args.overrides)}; "
+        f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
         f"{portable_assignment(f'checkpoint={args.checkpoint}')}; "
         f"{args.questions} test questions one at a time (client: http.client, one kept-alive connection); "
         "in-process and replicas on 1 torch thread each.", "",

@@ -34,7 +34,7 @@ from pathlib import Path
 import ray
 
 from actors.stage_pools import ActorPools
-from benchmarks.results import machine, markdown_table, portable_overrides, publish_figures
+from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.simulated_device import DeviceTime, simulated_actors
 from cluster.connect import connect
 from mmrag.config import Config
@@ -191,7 +191,7 @@ def main() -> None:
 
     results["machine"] = machine(with_load=True)  # its load average is the one at the end
     report = "\n\n".join([f"## Distributed runtime throughput ({results['date']})",
-                          f"Machine: {results['machine']}. Config {args.config} {portable_overrides(args.overrides)}.",
+                          f"Machine: {results['machine']}. Config {config_in_words(args.config, args.overrides)}.",
                           *sections])
     publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 
