@@ -212,9 +212,6 @@ class LearnerGroup:
         """`rank_class`: what each rank's actor is made from (`LearnerRank` or a subclass)."""
         if cfg.learner.num_workers < 1:
             raise ValueError(f"learner.num_workers: expected at least 1, got {cfg.learner.num_workers}")
-        if cfg.learner.weight_sync not in ("object_store", "broadcast"):
-            raise ValueError(f"learner.weight_sync: expected object_store or broadcast, "
-                             f"got {cfg.learner.weight_sync!r}")
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers

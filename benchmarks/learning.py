@@ -57,7 +57,7 @@ from benchmarks.results import markdown_table, portable_assignment, publish
 from mmrag.config import ConfigError, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.presets import resolve_config
-from mmrag.training.evaluate import held_out_sample
+from mmrag.training.evaluate import KIND_FIGURES, held_out_sample
 from mmrag.training.metrics_log import read_metrics
 
 HERE = Path(__file__).resolve().parent
@@ -65,8 +65,6 @@ RESULTS_JSON = HERE / "results" / "learning.json"
 DISTRIBUTED = ["train.mode=distributed"]
 LOCAL = ["train.mode=local-reference"]
 LAGS = (4, 8)
-KIND_FIGURES = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
-                "docs_at_least_two_fraction", "gold_selected")
 
 
 def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -239,6 +237,10 @@ def evaluated(directory: Path) -> tuple[dict[str, dict], dict[str, dict], list[s
     return metrics["settings"], metrics["by_kind"], ids
 
 
+RATIO_FIGURES = ("importance_ratio_mean", "importance_ratio_std", "importance_ratio_truncated")
+"""The reranker's per-step importance-ratio statistics a record summarises over its steps (`spread_of`)."""
+
+
 def spread_of(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
@@ -265,11 +267,7 @@ def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[s
         "val_final": next(r["eval"] for r in reversed(history) if "eval" in r),
         "policy_lag_mean": statistics.fmean(lags) if lags else None,
         "policy_lag_max": max(lags) if lags else None,
-        "importance_ratio_mean": spread_of([r["importance_ratio_mean"] for r in reranker
-                                            if "importance_ratio_mean" in r]),
-        "importance_ratio_std": spread_of([r["importance_ratio_std"] for r in reranker if "importance_ratio_std" in r]),
-        "importance_ratio_truncated": spread_of([r["importance_ratio_truncated"] for r in reranker
-                                                 if "importance_ratio_truncated" in r]),
+        **{name: spread_of([r[name] for r in reranker if name in r]) for name in RATIO_FIGURES},
         "ledger": steps[-1].get("ledger"),
         "train_minutes": job.seconds[0] / 60, "eval_minutes": job.seconds[1] / 60,
     }

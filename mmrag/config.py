@@ -340,7 +340,7 @@ class LearnerConfig:
     """Also write every version rank 0 publishes to RUN_DIR/weights (the newest train.max_policy_lag + 2 kept), so a
     policy replica that cannot fetch it from the object store (the node holding it was lost) reads it there
     (`mmrag.training.published_weights`); off, such a call fails as if its replica were lost."""
-    weight_sync: str = "object_store"
+    weight_sync: Literal["object_store", "broadcast"] = "object_store"
     """How a published version reaches the policy replicas: "object_store" (each replica fetches rank 0's copy when
     a call names the version) or "broadcast" (rank 0 also sends it, bucket by bucket, over a process group of its
     own with the translator's and the reranker's replicas, each installing it before its next call; the object

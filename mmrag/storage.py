@@ -68,10 +68,14 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-def read_text(uri: str) -> str:
+def read_bytes(uri: str) -> bytes:
     fs, path = resolve(uri)
     with fs.open_input_stream(path) as stream:
-        return stream.read().decode()
+        return stream.read()
+
+
+def read_text(uri: str) -> str:
+    return read_bytes(uri).decode()
 
 
 def write_text(uri: str, text: str) -> None:

@@ -73,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(args, cfg)
     meta = {"split": args.split, "checkpoint": args.checkpoint, "questions": len(records) // len(settings),
             "data_dir": cfg.data.dir}
-    write_results(out, records, metrics, meta)
+    by_kind = compare_by_kind(records)
+    write_results(out, records, metrics, by_kind, meta)
     print(comparison_table(metrics))
-    print(kind_table(compare_by_kind(records)))
+    print(kind_table(by_kind))
     print(f"wrote {out}/predictions.jsonl and {out}/metrics.json")
     return 0
 

@@ -18,6 +18,7 @@ loads a split (the driver) holds its texts only, whatever the images weigh.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import io
 import os
@@ -289,5 +290,5 @@ def _image_cell(file: str, row: int) -> Any:
     starts = _row_group_starts(file, version)
     if not 0 <= row < starts[-1]:
         raise DatasetError(f"{file}: row {row} column 'image': no such row (the file has {starts[-1]})")
-    group = next(g for g in range(len(starts) - 1) if starts[g + 1] > row)
+    group = bisect.bisect_right(starts, row) - 1
     return _image_group(file, version, group)[row - starts[group]].as_py()

@@ -21,7 +21,7 @@ from mmrag.evaluation.settings import SETTINGS
 from mmrag.metrics.aokvqa import AokvqaReference, choice_for_answer
 from mmrag.metrics.benchmarks import mean_answer_metrics, mean_recall_at_k
 from mmrag.metrics.scoring import Benchmark, Prediction, score_predictions
-from mmrag.training.evaluate import summarize, summarize_by_kind
+from mmrag.training.evaluate import KIND_FIGURES, summarize, summarize_by_kind
 
 RECALL_KS = (1, 5)
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -49,24 +49,22 @@ def official_metrics(records: list[dict], benchmark: Benchmark, references: Mapp
     return {OFFICIAL_PREFIX + name: value for name, value in report.aggregates.items()}
 
 
+def records_by_setting(records: list[dict]) -> dict[str, list[dict]]:
+    """Setting -> its records, in the order of `SETTINGS` (settings without records are left out)."""
+    grouped: dict[str, list[dict]] = {}
+    for record in records:
+        grouped.setdefault(record["setting"], []).append(record)
+    return {s: grouped[s] for s in SETTINGS if s in grouped}
+
+
 def compare_settings(records: list[dict], references: References | None = None) -> dict[str, dict[str, float]]:
     """Setting -> metrics, in the order of `SETTINGS` (settings without records are left out)."""
-    by_setting: dict[str, list[dict]] = {}
-    for record in records:
-        by_setting.setdefault(record["setting"], []).append(record)
-    return {s: setting_metrics(by_setting[s], references) for s in SETTINGS if s in by_setting}
+    return {s: setting_metrics(rows, references) for s, rows in records_by_setting(records).items()}
 
 
 def compare_by_kind(records: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     """Setting -> question kind -> `summarize_by_kind` figures, settings in the order of `SETTINGS`."""
-    by_setting: dict[str, list[dict]] = {}
-    for record in records:
-        by_setting.setdefault(record["setting"], []).append(record)
-    return {s: summarize_by_kind(by_setting[s]) for s in SETTINGS if s in by_setting}
-
-
-KIND_COLUMNS = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
-                "docs_at_least_two_fraction", "gold_selected")
+    return {s: summarize_by_kind(rows) for s, rows in records_by_setting(records).items()}
 
 
 def kind_table(by_kind: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -76,7 +74,7 @@ def kind_table(by_kind: dict[str, dict[str, dict[str, float]]]) -> str:
     lines = ["".join(f"{h:>{w}}" for h, w in zip(header, widths))]
     for setting, kinds in by_kind.items():
         for kind, figures in kinds.items():
-            cells = [setting, kind, str(figures["questions"]), *(f"{figures[c]:.3f}" for c in KIND_COLUMNS)]
+            cells = [setting, kind, str(figures["questions"]), *(f"{figures[c]:.3f}" for c in KIND_FIGURES)]
             lines.append("".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     return "\n".join(lines)
 
@@ -94,7 +92,7 @@ def comparison_table(metrics: dict[str, dict[str, float]]) -> str:
 
 
 def write_results(out_dir: str | Path, records: list[dict], metrics: dict[str, dict[str, float]],
-                  meta: dict) -> Path:
+                  by_kind: dict[str, dict[str, dict[str, float]]], meta: dict) -> Path:
     """OUT/predictions.jsonl (one line per question and setting) and OUT/metrics.json ({meta, settings,
     by_kind: setting -> question kind -> figures})."""
     out_dir = Path(out_dir)
@@ -102,7 +100,7 @@ def write_results(out_dir: str | Path, records: list[dict], metrics: dict[str, d
     with (out_dir / PREDICTIONS_FILE).open("w") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
-    (out_dir / METRICS_FILE).write_text(json.dumps({**meta, "settings": metrics, "by_kind": compare_by_kind(records)},
+    (out_dir / METRICS_FILE).write_text(json.dumps({**meta, "settings": metrics, "by_kind": by_kind},
                                                    indent=2))
     return out_dir
 

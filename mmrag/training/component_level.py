@@ -40,6 +40,7 @@ from mmrag.models.reranker import candidates_of
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import held_out_sample
 from mmrag.training.export import save_export
+from mmrag.training.export_choice import best_validation_step
 from mmrag.training.fixed_k import BATCH, choose_k, mean_reward_by_k, records_by_k
 from mmrag.training.metrics_log import MetricsLog
 from mmrag.training.pipeline import LocalPipeline
@@ -158,8 +159,7 @@ def train_component_level(cfg: Config, progress: bool = True, device: str = "cpu
         nonlocal exported_step
         evaluations[step] = evaluation(pipeline, held_out)
         metrics.log(step, {"eval": evaluations[step]})
-        best = exported_step is None or evaluations[step]["reward_mean"] > evaluations[exported_step]["reward_mean"]
-        if cfg.train.export == "last" or best:
+        if cfg.train.export == "last" or best_validation_step(evaluations) == step:
             exported = pin_top_k(pipeline, cfg, evaluations[step]["k"])  # STOP is never trained: pinning is final
             save_export(run_dir / "export", pipeline.translator, pipeline.reranker, step, exported)
             exported_step = step

@@ -59,6 +59,11 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
     }
 
 
+KIND_FIGURES = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
+                "docs_at_least_two_fraction", "gold_selected")
+"""What `summarize_by_kind` reports of each kind besides its number of questions."""
+
+
 def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
     """Per question kind present (in `KINDS` order, then any other, e.g. "unknown"): mean reward, documents
     kept (mean; fractions keeping 0, >= 1, >= 2) and how often a gold document was kept, over `greedy_batch`

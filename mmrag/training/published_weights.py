@@ -52,6 +52,4 @@ def read_published(uri: str) -> dict:
     if not storage.exists(uri):
         raise FileNotFoundError(f"{uri}: published weights not found (pruned? learner.durable_weights keeps the "
                                 f"newest train.max_policy_lag + 2 versions)")
-    fs, path = storage.resolve(uri)
-    with fs.open_input_stream(path) as stream:
-        return torch.load(io.BytesIO(stream.read()), weights_only=True)
+    return torch.load(io.BytesIO(storage.read_bytes(uri)), weights_only=True)
