@@ -29,7 +29,7 @@ from mmrag.atomic import atomic_directory
 
 ZOO_PREFIX = "zoo:"
 ZOO_FORMAT_VERSION = 2
-"""Bumped when a builder's output changes; older builds are rebuilt on next use."""
+"""Bumped when every build's layout changes; older builds are rebuilt on next use."""
 MANIFEST_FILE = "zoo.json"
 
 
@@ -45,6 +45,8 @@ class ZooModel:
     artifact: str
     """What `resolve` returns inside the built directory ("" = the directory itself)."""
     summary: str
+    revision: int = 1
+    """Bumped when this builder's output changes (its fitting data or recipe): only this model is then rebuilt."""
 
 
 MODELS: dict[str, ZooModel] = {
@@ -63,7 +65,8 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("tiny-lvlm-captioner-v2", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner_v2", "",
                  "tiny-lvlm-captioner refitted to describe images in its own style (world v2)"),
         ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
-                 "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)"),
+                 "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)",
+                 revision=2),
     )
 }
 
@@ -94,12 +97,12 @@ def ensure_built(name: str, cache_dir: str, seed: int | None = None, rebuild: bo
     model = _lookup(name)
     cache = Path(cache_dir).expanduser()
     target = cache / name
-    manifest = _current_manifest(target)
+    manifest = _current_manifest(model, target)
     if manifest is not None and not rebuild:
         return _found(model, target, manifest, seed)
     cache.mkdir(parents=True, exist_ok=True)
     with _build_lock(cache / f".{name}.lock"):
-        manifest = _current_manifest(target)
+        manifest = _current_manifest(model, target)
         if manifest is not None and not rebuild:  # another process built it while we waited
             return _found(model, target, manifest, seed)
         manifest = _build(model, cache, 0 if seed is None else seed)
@@ -120,9 +123,16 @@ def _lookup(name: str) -> ZooModel:
     return MODELS[name]
 
 
-def _current_manifest(target: Path) -> dict | None:
+def is_current(model: ZooModel, manifest: dict) -> bool:
+    """Whether a build's manifest matches this mmrag's format and this model's revision (builds before
+    revisions were recorded count as revision 1)."""
+    return (manifest.get("format_version") == ZOO_FORMAT_VERSION
+            and manifest.get("revision", 1) == model.revision)
+
+
+def _current_manifest(model: ZooModel, target: Path) -> dict | None:
     manifest = read_manifest(target)
-    if manifest is None or manifest.get("format_version") != ZOO_FORMAT_VERSION:
+    if manifest is None or not is_current(model, manifest):
         return None
     return manifest
 
@@ -160,6 +170,7 @@ def _build(model: ZooModel, cache: Path, seed: int) -> dict:
             "name": model.name,
             "seed": seed,
             "format_version": ZOO_FORMAT_VERSION,
+            "revision": model.revision,
             "artifact": model.artifact,
             "build_seconds": round(time.perf_counter() - started, 1),
             "figures": figures,

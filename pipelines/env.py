@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import mmrag
-from mmrag.model_refs import MODELS, ZOO_FORMAT_VERSION, read_manifest
+from mmrag.model_refs import MODELS, ZOO_FORMAT_VERSION, is_current, read_manifest
 from pipelines.options import add_config_options, config_from_args, run_main
 
 DISTRIBUTIONS = (
@@ -56,12 +56,14 @@ def torch_build() -> dict:
 
 
 def zoo_builds(cache_dir: str) -> dict:
-    """{model: its zoo.json's format, seed and figures, or None when not built} under `cache_dir`."""
+    """{model: its zoo.json's format, revision, seed and figures and whether it is current, or None when not built}
+    under `cache_dir`."""
     builds = {}
-    for name in MODELS:
+    for name, model in MODELS.items():
         manifest = read_manifest(Path(cache_dir).expanduser() / name)
         builds[name] = None if manifest is None else {
-            key: manifest.get(key) for key in ("format_version", "seed", "build_seconds", "figures")}
+            "current": is_current(model, manifest), "revision": manifest.get("revision", 1),
+            **{key: manifest.get(key) for key in ("format_version", "seed", "build_seconds", "figures")}}
     return builds
 
 
@@ -93,8 +95,8 @@ def environment_text(env: dict) -> str:
         if build is None:
             lines.append(f"  {name}: not built")
             continue
-        stale = "" if build["format_version"] == zoo["format_version"] else " (stale: rebuilt on next use)"
-        lines.append(f"  {name}: format {build['format_version']}{stale}, seed {build['seed']}, built in "
+        stale = "" if build["current"] else " (stale: rebuilt on next use)"
+        lines.append(f"  {name}: format {build['format_version']} revision {build['revision']}{stale}, seed {build['seed']}, built in "
                      f"{build['build_seconds']} s; figures {json.dumps(build['figures'])}")
     return "\n".join(lines)
 

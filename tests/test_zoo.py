@@ -97,6 +97,22 @@ def failing_builder(out_dir: Path, cache_dir: str, seed: int) -> dict:
     raise RuntimeError("interrupted")
 
 
+def counting_builder(out_dir: Path, cache_dir: str, seed: int) -> dict:
+    (out_dir / "weights.bin").write_bytes(b"\1")
+    return {"built": 1}
+
+
+def test_a_revision_bump_rebuilds_that_model_and_leaves_the_others_cached(monkeypatch, tmp_path):
+    for name in ("eye", "ear"):
+        monkeypatch.setitem(MODELS, name, ZooModel(name, f"{__name__}:counting_builder", "", "a test model"))
+        assert ensure_built(name, str(tmp_path)).built_now
+    monkeypatch.setitem(MODELS, "eye", ZooModel("eye", f"{__name__}:counting_builder", "", "refitted", revision=2))
+    rebuilt = ensure_built("eye", str(tmp_path))
+    assert rebuilt.built_now and rebuilt.manifest["revision"] == 2
+    assert not ensure_built("eye", str(tmp_path)).built_now
+    assert not ensure_built("ear", str(tmp_path)).built_now
+
+
 def test_failed_build_leaves_nothing_behind(monkeypatch, tmp_path):
     broken = ZooModel("broken", f"{__name__}:failing_builder", "", "a build that crashes half way")
     monkeypatch.setitem(MODELS, "broken", broken)

@@ -1,8 +1,13 @@
 """`zoo:visual-reader`: the grounded generator's frozen eye, fitted on a synthetic world of its own.
 
-Cross-entropy on the colour, shape, texture and background of augmented views of its own
-entities (seed + 4000), measured on a held-out world (seed + 4500). It is fitted on images
-and attribute labels only, no text, so it shares nothing with the KB's wording.
+Cross-entropy on the colour, shape, texture and background of augmented views of things whose
+four attributes are drawn independently (seed + 4000), measured on a held-out world v2
+(seed + 4500, near-duplicate families and all). It is fitted on images and attribute labels
+only, no text, so it shares nothing with the KB's wording.
+
+Why independent attributes: fitted on a world v2 of its own, whose families share shape, colour
+and background, the CNN read shape off its correlates and got 0.52 of held-out shapes right
+(colour, texture, background 1.0); on 6000 independent draws it gets 0.95. An LVLM sees shapes.
 """
 
 from __future__ import annotations
@@ -18,30 +23,32 @@ import torch.nn.functional as F
 from mmrag.data.render import render_entity
 from mmrag.data.synth_v2 import draw_entities_v2
 from mmrag.data.wording import ATTRIBUTES, VOCABULARIES
-from mmrag.data.world import Entity
+from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES, Entity
 from mmrag.models.visual_reader import VisualReader, image_tensor
 from mmrag.zoo.fitting import fit_report, run_fit
 
-FIT_ENTITIES = 300
+FIT_VIEWS = 6000
+"""One augmented view each of this many independently drawn things."""
 HELDOUT_ENTITIES = 60
-VIEWS_PER_ENTITY = 6
 WORLD_SEED_OFFSET = 4000
 HELDOUT_SEED_OFFSET = 4500
-STEPS = 400
+STEPS = 1500
 BATCH_SIZE = 64
 LEARNING_RATE = 3e-3
 
 
-def labelled_views(num_entities: int, seed: int, views: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Augmented views of a world's entities and, per attribute, each view's label index."""
+def independent_things(count: int, seed: int) -> list[Entity]:
+    """`count` things whose shape, colour, texture and background are drawn independently and uniformly."""
     rng = random.Random(seed)
-    entities: list[Entity] = draw_entities_v2(num_entities, rng)
+    return [Entity(f"thing-{i}", f"Thing {i}", rng.choice(SHAPES), rng.choice(COLOURS), rng.choice(TEXTURES),
+                   rng.choice(BACKGROUNDS)) for i in range(count)]
+
+
+def labelled_views(entities: list[Entity], seed: int, views: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`views` augmented views of each entity and, per attribute, each view's label index."""
     view_rng = np.random.default_rng(seed)
-    images, owners = [], []
-    for entity in entities:
-        for _ in range(views):
-            images.append(render_entity(entity, 64, view_rng))
-            owners.append(entity)
+    owners = [entity for entity in entities for _ in range(views)]
+    images = [render_entity(entity, 64, view_rng) for entity in owners]
     labels = {a: torch.tensor([VOCABULARIES[a].index(getattr(e, a)) for e in owners]) for a in ATTRIBUTES}
     return image_tensor(images), labels
 
@@ -73,12 +80,13 @@ def build_visual_reader(out_dir: Path, cache_dir: str, seed: int, steps: int = S
     started = time.perf_counter()
     torch.manual_seed(seed)
     model = VisualReader()
-    pixels, labels = labelled_views(FIT_ENTITIES, seed + WORLD_SEED_OFFSET, VIEWS_PER_ENTITY)
-    heldout_pixels, heldout_labels = labelled_views(HELDOUT_ENTITIES, seed + HELDOUT_SEED_OFFSET, 4)
+    pixels, labels = labelled_views(independent_things(FIT_VIEWS, seed + WORLD_SEED_OFFSET), seed + WORLD_SEED_OFFSET, 1)
+    heldout_world = draw_entities_v2(HELDOUT_ENTITIES, random.Random(seed + HELDOUT_SEED_OFFSET))
+    heldout_pixels, heldout_labels = labelled_views(heldout_world, seed + HELDOUT_SEED_OFFSET, 4)
     losses = fit(model, pixels, labels, steps, seed)
     model.save(out_dir)
     return {
         "heldout_attribute_accuracy": accuracy(model, heldout_pixels, heldout_labels),
         "heldout_images": len(heldout_pixels),
-        **fit_report(losses, steps, started, FIT_ENTITIES),
+        **fit_report(losses, steps, started, FIT_VIEWS, HELDOUT_ENTITIES),
     }
