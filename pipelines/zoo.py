@@ -21,9 +21,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rebuild", action="store_true", help="build again even when a cached build exists")
 
 
-def _figure_summary(figures: dict) -> str:
-    shown = {k: v for k, v in figures.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return ", ".join(f"{k}={v}" for k, v in shown.items())
+def _figure_summary(figures: dict, prefix: str = "") -> str:
+    """`key=value` for each number, nested figures (per-attribute accuracies) as `key.inner=value`."""
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            parts.append(_figure_summary(value, f"{prefix}{key}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            parts.append(f"{prefix}{key}={value}")
+    return ", ".join(part for part in parts if part)
 
 
 def run(args: argparse.Namespace) -> int:
