@@ -23,7 +23,7 @@ from mmrag.data.dataset import KINDS, SCHEMA_VERSION, SPLITS, Doc, Question, wri
 from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
 from mmrag.data.synth_v2 import make_world_v2
-from mmrag.data.world import RELATIONS, Entity, Relation, World, build_world, draw_entities
+from mmrag.data.world import RELATIONS, Entity, append_entity_doc, Relation, World, build_world, draw_entities
 
 __all__ = ["RELATIONS", "Relation", "World", "WORLDS", "make_world", "generate_dataset"]
 
@@ -46,9 +46,7 @@ def _add_entity_docs(entity: Entity, image_size: int, rng: random.Random, docs: 
     """Append the entity's docs (caption, one passage per relation, distractor); returns relation -> doc_id."""
 
     def add(text: str, image=None) -> str:
-        doc_id = f"d{len(docs):06d}"
-        docs.append(Doc(doc_id, entity.name, text, image, entity.entity_id))
-        return doc_id
+        return append_entity_doc(docs, entity, text, image)
 
     fields = {"name": entity.name, "description": entity.description}
     add(f"{entity.name}: a {entity.description}.", render_entity(entity, image_size))

@@ -30,7 +30,7 @@ from mmrag.data.question_kinds import (
 )
 from mmrag.data.render import render_entity
 from mmrag.data.wording import CAPTIONER_WORDING, GENERIC_WORDING, KB_WORDING
-from mmrag.data.world import RELATIONS, Entity, World, build_world, draw_entities
+from mmrag.data.world import RELATIONS, Entity, append_entity_doc, World, build_world, draw_entities
 
 FAMILY_SIZES = (3, 4)
 VISUAL_PER_ENTITY = 3
@@ -59,9 +59,7 @@ def _add_entity_docs(entity: Entity, image_size: int, rng: random.Random, docs: 
     """Append the entity's docs (picture, one passage per relation, aside); returns relation -> doc_id."""
 
     def add(text: str, image=None) -> str:
-        doc_id = f"d{len(docs):06d}"
-        docs.append(Doc(doc_id, entity.name, text, image, entity.entity_id))
-        return doc_id
+        return append_entity_doc(docs, entity, text, image)
 
     add(KB_WORDING.caption(entity, rng), render_entity(entity, image_size))
     passage_ids = {relation: add(KB_WORDING.fact(entity, relation, rng)) for relation in RELATIONS}

@@ -16,8 +16,12 @@ from typing import TYPE_CHECKING, Callable
 
 from tqdm import tqdm
 
+from mmrag.data.dataset import Doc
+
 if TYPE_CHECKING:
-    from mmrag.data.dataset import Doc, Question
+    from PIL import Image
+
+    from mmrag.data.dataset import Question
 
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "diamond", "cross", "heart")
 COLOURS = ("red", "green", "blue", "yellow", "purple", "orange", "white", "black")
@@ -231,6 +235,13 @@ def assign_splits(entities: list[Entity], rng: random.Random) -> dict[str, str]:
         counts[split] += len(members)
         split_of.update((entity.entity_id, split) for entity in members)
     return split_of
+
+
+def append_entity_doc(docs: list[Doc], entity: Entity, text: str, image: Image.Image | None = None) -> str:
+    """Append one KB doc of `entity` (ids numbered in order of appending); returns its doc id."""
+    doc_id = f"d{len(docs):06d}"
+    docs.append(Doc(doc_id, entity.name, text, image, entity.entity_id))
+    return doc_id
 
 
 def build_world(num_entities: int, seed: int, image_size: int, draw: Callable[[int, random.Random], list[Entity]],
