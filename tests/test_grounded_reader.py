@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from mmrag.config import GeneratorConfig
 from mmrag.data.question_kinds import demand_of, question_texts
 from mmrag.data.render import render_entity
+from mmrag.data.synth_v2 import draw_entities_v2
 from mmrag.data.wording import KB_WORDING
 from mmrag.data.world import Entity
 from mmrag.metrics.answers import exact_match
+from mmrag.model_refs import resolve
 from mmrag.models.generator import GroundedGenerator, build_generator
+from mmrag.models.visual_reader import load_visual_reader
 
 PICTURED = Entity("e0", "Bako Tirun", "square", "red", "striped", "grey",
                   {"year": "1523", "city": "Valo", "architect": "Mera Dusk", "height": "120"})
@@ -82,3 +86,17 @@ def test_every_kb_paraphrase_parses_back_and_every_question_has_a_demand():
         assert stated == {"colour": "red", "shape": "square", "texture": "dotted", "background": "grey"}
     kinds = {demand_of(question).kind for question in question_texts()}
     assert kinds == {"visual", "one-fact", "two-fact"}
+
+
+def test_the_eye_reads_every_attribute_of_held_out_world_v2_pictures(zoo_dir):
+    # Held-out near-duplicate families, each view augmented as a question's is. Fitted on a family world of its
+    # own, the reader got shape right 0.52 of the time (it read shape off colour and background), which made
+    # retrieval look useful on visual questions; fitted on independently drawn things it reads ~0.95.
+    entities = draw_entities_v2(40, random.Random(123))
+    view_rng = np.random.default_rng(123)
+    views = [(entity, render_entity(entity, 64, view_rng)) for entity in entities for _ in range(3)]
+    readings = load_visual_reader(resolve("zoo:visual-reader", zoo_dir)).read([image for _, image in views])
+    accuracy = {a: np.mean([reading[a] == getattr(entity, a) for (entity, _), reading in zip(views, readings)])
+                for a in ("colour", "shape", "texture", "background")}
+    assert accuracy["shape"] >= 0.85, accuracy
+    assert min(accuracy[a] for a in ("colour", "texture", "background")) >= 0.97, accuracy
