@@ -10,7 +10,8 @@ a model's. Measured in one run:
   2 questions x 4 queries x 4 selections = 32 leaves) and `scaling_32_over_1`, the 32-replica rate over the
   1-replica rate (ideal 32);
 * `driver_calls_per_s`: the dispatch capacity, calls/s with zero-cost replicas, and the driver's CPU seconds
-  per call (from which, at ~9 remote calls per micro-batch, its CPU per micro-batch).
+  per call; the same for the rollout's merge task (`driver_merge_tasks_per_s`), and from both the driver's CPU
+  per micro-batch (`CALLS_PER_MICRO_BATCH`, one of them the merge).
 
 * `driver_rss_ratio_100k_over_10k`: peak RSS of a fresh driver process at start-up (the trainer's imports, the
   train split loaded, its question cursor built) with a train split of 100,000 questions over one of 10,000 (the
@@ -47,6 +48,7 @@ import ray
 from PIL import Image
 
 from actors.pool import ReplicaPool
+from actors.retrieval import merge_shard_rows
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.data.dataset import QUESTION_SCHEMA, encode_image, load_questions, questions_file
 from mmrag.retrieval.hit import Hit
@@ -129,12 +131,30 @@ def measure(replica_counts: list[int], call_s: float, calls_per_replica: int, di
     pool = pool_of(8, 0.0)
     drive(pool, 200)
     wall, cpu = drive(pool, dispatch_calls)
+    drive_merges(200)
+    merge_wall, merge_cpu = drive_merges(dispatch_calls)
     return {"leaves_per_s": {str(n): rate for n, rate in rates.items()},
             "scaling_32_over_1": rates[max(rates)] / rates[min(rates)] if 1 in rates else None,
             "driver_calls_per_s": dispatch_calls / wall,
             "driver_cpu_s_per_call": cpu / dispatch_calls,
-            "driver_cpu_s_per_micro_batch": CALLS_PER_MICRO_BATCH * cpu / dispatch_calls,
+            "driver_merge_tasks_per_s": dispatch_calls / merge_wall,
+            "driver_cpu_s_per_merge_task": merge_cpu / dispatch_calls,
+            "driver_cpu_s_per_micro_batch": ((CALLS_PER_MICRO_BATCH - 1) * cpu + merge_cpu) / dispatch_calls,
             "call_s": call_s}
+
+
+def drive_merges(calls: int, in_flight: int = 16) -> tuple[float, float]:
+    """`calls` merge tasks of the rollout (`merge_shard_rows`, on empty shard results), `in_flight` at a time as
+    concurrent micro-batches would have them; (wall seconds, driver CPU seconds)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    pending: list = []
+    for _ in range(calls):
+        if len(pending) >= in_flight:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready)
+        pending.append(merge_shard_rows.remote(TOP_K, [[]], [[]])[0])  # the doc ids, as the rollout reads them
+    ray.get(pending)
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def write_train_split(data_dir: Path, count: int, images: list[bytes]) -> None:
@@ -228,7 +248,9 @@ def report(figures: dict, replica_counts: list[int]) -> str:
         markdown_table(["replicas", "leaves/s", "x one replica"], rows), "",
         f"Dispatch with zero-cost replicas: {figures['driver_calls_per_s']:.0f} calls/s; driver CPU "
         f"{1e3 * figures['driver_cpu_s_per_call']:.2f} ms per call, "
-        f"{1e3 * figures['driver_cpu_s_per_micro_batch']:.1f} ms per micro-batch at {CALLS_PER_MICRO_BATCH} calls.",
+        f"{1e3 * figures['driver_cpu_s_per_micro_batch']:.1f} ms per micro-batch at {CALLS_PER_MICRO_BATCH} calls "
+        f"(one of them the merge task: {figures['driver_merge_tasks_per_s']:.0f} tasks/s, "
+        f"{1e3 * figures['driver_cpu_s_per_merge_task']:.2f} ms of driver CPU each).",
         "",
         "Driver peak RSS at start-up (imports, train split loaded, cursor built; images left in the file): "
         + ", ".join(f"{int(n):,} questions {rss / 2**20:.0f} MiB" for n, rss in figures["driver_rss_bytes"].items())
