@@ -1,7 +1,9 @@
 """GeneratorActor: one frozen generator (LVLM or extractive reader) in its own Ray process.
 
 Sits after the reranker in the rollout stream: it answers each leaf of a micro-batch (its
-question in the table, the selected evidence) and the answers go on to the reward pool. A
+question in the table, the selected evidence) and the answers go on to the reward pool. In the
+rollout stream it gets the micro-batch's retrieved hits (resolved here from their reference) and
+the selections, and builds each leaf's evidence itself, so passage texts skip the driver. A
 pool of `generator.num_replicas` of them shares the leaves; each counts its own busy time,
 so benchmarks can compare the end-to-end rate with the pool's own batched rate.
 Placed by `actors.stage_pools.ActorPools` as `ray.remote(GeneratorActor).options(num_gpus=...)`: a plain
@@ -16,6 +18,8 @@ import ray
 
 from mmrag.config import GeneratorConfig
 from mmrag.models.generator import build_generator
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.retrieved_rows import leaf_evidence
 from mmrag.training.stages import QuestionTable
 
 
@@ -33,6 +37,11 @@ class GeneratorActor:
         self.seconds += time.perf_counter() - start
         self.leaves += len(answers)
         return answers
+
+    def answer_selected(self, table: QuestionTable, rows: list[int], hits: list[list[Hit]],
+                        selections: list[list[tuple[int, ...]]]) -> list[str]:
+        """`answer` with each leaf's evidence the texts of its selection of its query row's hits (`leaf_evidence`)."""
+        return self.answer(table, rows, leaf_evidence(hits, selections))
 
     def throughput(self) -> dict[str, float]:
         """Leaves answered, seconds spent answering, and leaves per second over all calls so far."""

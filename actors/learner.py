@@ -30,6 +30,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import remove_placement_group
 
 from actors.placement import in_bundle, reserve
+from actors.retrieval import fetch_hits_rows
 from actors.weight_sync import WeightBroadcast
 from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
 from mmrag.config import Config
@@ -104,7 +105,7 @@ class LearnerRank:
     @ray.method(num_returns=3)
     def update(self, roots: list[Node]) -> tuple:
         """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
-        record, weights = self.worker.update(roots)
+        record, weights = self.worker.update(fetch_hits_rows(roots))
         return record, *(weights or (None, None))
 
     def save(self, directory: str) -> None:

@@ -94,8 +94,13 @@ class ReplicaPool:
 
     def lost(self, replica: int) -> None:
         """`replica` died or was killed: avoid it for a while; it is starting again (Ray restarts it)."""
-        self.suspect_until[replica] = time.monotonic() + SUSPECT_SECONDS
+        self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
+
+    def _avoid(self, replica: int, seconds: float) -> None:
+        """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
+        doubled one outlasts the loss its killed calls report next)."""
+        self.suspect_until[replica] = max(self.suspect_until[replica], time.monotonic() + seconds)
 
     def pick(self) -> int:
         now = time.monotonic()
@@ -106,8 +111,8 @@ class ReplicaPool:
         self.timed_out += 1
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
+        self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
         self.lost(replica)
-        self.suspect_until[replica] = time.monotonic() + SUSPECT_SECONDS * 2 ** (misses - 1)
         ray.kill(self.actors[replica], no_restart=False)
         if misses >= MAX_TIMEOUTS_IN_A_ROW:
             self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()

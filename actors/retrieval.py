@@ -1,10 +1,13 @@
-"""Sharded retrieval on Ray: one `RetrievalShard` actor per FAISS shard, and the `RetrievalRouter`.
+"""Sharded retrieval on Ray: one `RetrievalShard` actor per FAISS shard, the `RetrievalRouter`, and the merge task.
 
 Sits after the encoder in the rollout loop and in serving: the router scatters a batch of
 query vectors to every shard actor, gathers each shard's top-K and merges them into the
 global top-K (`mmrag.retrieval.merge.merge_topk`). `RetrievalRouter.search` has the same
 API as the in-process `LocalRetriever`. The router is a plain picklable object holding actor
-handles, so the driver or any actor can call it without an extra hop.
+handles, so the driver or any actor can call it without an extra hop. The rollout stream
+instead keeps the hits off the driver: each shard's `search_rows` result goes by reference to
+`merge_shard_rows`, a task whose merged hits go on by reference to the reranker, the generator
+and (in the rollout trees, `fetch_hits_rows`) the learner; the driver reads the doc ids only.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from mmrag.config import IndexConfig
 from mmrag.retrieval.manifest import Manifest, ShardEntry
 from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.merge import merge_topk
+from mmrag.retrieval.retrieved_rows import HitsRow, merged_rows
 from mmrag.retrieval.shard import ShardSearcher
+from mmrag.rl.rollout import Node, nodes_at
 
 
 @ray.remote
@@ -33,6 +38,32 @@ class RetrievalShard:
 
     def search(self, query_vectors: np.ndarray, k: int) -> list[list[Hit]]:
         return self.searcher.search(query_vectors, k)
+
+    @ray.method(num_returns=2)
+    def search_rows(self, query_vectors: np.ndarray, k: int) -> tuple[int, list[list[Hit]]]:
+        """(the number of query rows, `search`'s hits): the rollout waits on the count and passes the hits to the
+        merge by reference."""
+        return len(query_vectors), self.searcher.search(query_vectors, k)
+
+
+@ray.remote(num_cpus=0, num_returns=2)
+def merge_shard_rows(k: int, *per_shard: list[list[Hit]]) -> tuple[list[list[str]], list[list[Hit]]]:
+    """`merged_rows` of the shards' results (passed as references, resolved here): the doc ids for the driver, the
+    merged hits for the stages that read them."""
+    return merged_rows(list(per_shard), k)
+
+
+def fetch_hits_rows(roots: list[Node]) -> list[Node]:
+    """`roots` with every translator node's hits fetched here where the tree carries them by reference (`HitsRow`),
+    each micro-batch's once: what a learner rank does before its losses read them."""
+    nodes = [node for root in roots for node in nodes_at(root, "translator")
+             if isinstance(node.payload.get("hits"), HitsRow)]
+    refs = list(dict.fromkeys(node.payload["hits"].rows for node in nodes))
+    fetched = dict(zip(refs, ray.get(refs)))
+    for node in nodes:
+        where = node.payload["hits"]
+        node.payload["hits"] = fetched[where.rows][where.row]
+    return roots
 
 
 class RetrievalRouter:

@@ -6,9 +6,11 @@ call on a micro-batch and returns a future; `wait` blocks until some finish, re-
 calls whose replica died or passed its deadline (`actors.pool`). A micro-batch's `QuestionTable`
 is put in the object store once
 (`share`) and every call takes that reference, so images never pass through the driver
-again; retrieval chains the encoder's vectors straight into the shards' searches (the driver
-reads only their count) and merges their top-K on the driver. The blocking `Stages` methods
-(evaluation) run the same calls.
+again; retrieval chains the encoder's vectors straight into the shards' searches and their
+hits into a merge task (the driver reads counts and the merged doc ids only); the merged hits
+go to the reranker and the generator (which builds each leaf's evidence from them and the
+selections) by reference. The blocking `Stages` methods (evaluation) run the same calls and
+fetch what evaluation reads.
 Policy calls carry the weights version installed last (`install`), so every replica samples
 with the version the driver asks for, including one Ray has just restarted.
 """
@@ -19,16 +21,16 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from actors.actor_classes import ActorClasses
 from actors.placement import StagePlacement
 from actors.policy import PolicyWeights
 from actors.pool import Call, ReplicaPool
-from actors.retrieval import RetrievalRouter
+from actors.retrieval import RetrievalRouter, merge_shard_rows
 from mmrag.config import Config
 from mmrag.retrieval.hit import Hit
-from mmrag.retrieval.merge import merge_topk
+from mmrag.retrieval.retrieved_rows import RetrievedRows
 from mmrag.training.learner import Weights
 from mmrag.training.stages import QuestionTable
 from mmrag.training.streaming import StageFailed
@@ -40,15 +42,21 @@ HEALTH_POLL_S = 1.0
 
 
 class RetrievalCall:
-    """Encode the queries on an encoder replica, search every shard with the vectors, merge the top-K.
+    """Encode the queries on an encoder replica, search every shard with the vectors, merge the top-K in a task.
 
-    The driver waits on the encoder's vector count only; the vectors go to the shards by reference."""
+    The driver waits on counts and reads the merged doc ids only: the vectors go to the shards, each shard's hits to
+    the merge (`actors.retrieval.merge_shard_rows`) and the merged hits on as `RetrievedRows.hits`, by reference.
+    The merge, a plain task (Ray retries it if its worker dies), fails the call if it does not answer within the
+    shards' deadline (`pools.call_timeout_s`)."""
 
     def __init__(self, encoders: ReplicaPool, shards: list[ReplicaPool], queries: list[str], k: int):
         self.shards, self.k = shards, k
         self.encode = encoders.call("encode_queries", queries)
         self.searches = self._searches()
-        self.value: list[list[Hit]] | None = None
+        self.merge: list = []
+        """(doc ids, merged hits) refs of the merge task, once every shard has answered."""
+        self.merge_deadline = 0.0
+        self.value: RetrievedRows | None = None
         self.error: str | None = None
         self.done = False
 
@@ -56,16 +64,17 @@ class RetrievalCall:
         """The shards' searches on the encoder's vectors (none while the encode call backs off)."""
         if not self.encode.refs or self.encode.error:
             return []
-        return [pool.call("search", self.encode.returned[1], self.k) for pool in self.shards]
+        return [pool.call("search_rows", self.encode.returned[1], self.k) for pool in self.shards]
 
     @property
     def refs(self) -> list:
         pending = [] if self.encode.done else self.encode.refs
-        return pending + [ref for call in self.searches if not call.done for ref in call.refs]
+        return pending + [ref for call in self.searches if not call.done for ref in call.refs] + self.merge[:1]
 
     @property
     def deadline(self) -> float:
-        return min(call.deadline for call in [self.encode, *self.searches] if not call.done)
+        pending = [call.deadline for call in [self.encode, *self.searches] if not call.done]
+        return min(pending) if pending else self.merge_deadline
 
     def settle(self, ready: set) -> None:
         if not self.encode.done and _answered(self.encode, ready):
@@ -77,9 +86,16 @@ class RetrievalCall:
         for call in self.searches:
             if not call.done and _answered(call, ready):
                 call.settle()
+        if self.merge and self.merge[0] in ready:
+            self._read_merge()
         self._conclude()
 
     def expire(self, now: float) -> None:
+        if self.merge:
+            if now >= self.merge_deadline:
+                self.error, self.done = (f"merge_shard_rows: no answer within {self.shards[0].deadline_s:.3g} s "
+                                         "(pools.call_timeout_s)"), True
+            return
         if self.encode.expire(now):
             self._search_again()
             return
@@ -94,11 +110,20 @@ class RetrievalCall:
         self.searches = self._searches()
 
     def _conclude(self) -> None:
+        if self.done:
+            return
         failed = [c.error for c in [self.encode, *self.searches] if c.done and c.error]
         if failed:
             self.error, self.done = failed[0], True
-        elif self.searches and all(call.done for call in self.searches):
-            self.value, self.done = merge_topk([call.value for call in self.searches], self.k), True
+        elif not self.merge and self.searches and all(call.done for call in self.searches):
+            self.merge = merge_shard_rows.remote(self.k, *[call.returned[1] for call in self.searches])
+            self.merge_deadline = time.monotonic() + self.shards[0].deadline_s
+
+    def _read_merge(self) -> None:
+        try:
+            self.value, self.done = RetrievedRows(ray.get(self.merge[0]), self.merge[1]), True
+        except RayError as exc:
+            self.error, self.done = f"merge_shard_rows failed: {exc}", True
 
 
 class _SingleCall:
@@ -261,7 +286,7 @@ class ActorPools:
         return self._run("translate_greedy", self._shared(table))
 
     def retrieve(self, queries: list[str]) -> list[list[Hit]]:
-        return self._run("retrieve", queries)
+        return ray.get(self._run("retrieve", queries).hits)
 
     def rerank(self, table, rows, queries, hits, m: int, seed: int):
         return self._run("rerank", self._shared(table), rows, queries, hits, m, seed)
@@ -270,7 +295,7 @@ class ActorPools:
         return self._run("rerank_greedy", self._shared(table), rows, queries, hits)
 
     def answer(self, table, rows, evidence):
-        return self._run("answer", self._shared(table), rows, evidence)
+        return self._result_of(_SingleCall(self.pools["answer"].call("answer", self._shared(table), rows, evidence)))
 
     def score(self, table, rows, answers):
         return self._run("score", self._shared(table), rows, answers)
@@ -304,7 +329,9 @@ class ActorPools:
         return table if isinstance(table, ray.ObjectRef) else self.share(table)
 
     def _run(self, stage: str, *args: Any) -> Any:
-        future = self.submit(stage, *args)
+        return self._result_of(self.submit(stage, *args))
+
+    def _result_of(self, future: RetrievalCall | _SingleCall) -> Any:
         while not self.wait([future]):
             pass
         return self.result(future)
@@ -314,7 +341,7 @@ _POOL_OF = {"translate": "translate", "translate_greedy": "translate", "retrieve
             "rerank": "rerank", "rerank_greedy": "rerank", "answer": "answer", "score": "score"}
 _METHODS = {"translate": ("sample", "translator"), "translate_greedy": ("greedy", "translator"),
             "rerank": ("sample", "reranker"), "rerank_greedy": ("greedy", "reranker"),
-            "answer": ("answer", None), "score": ("score", None)}
+            "answer": ("answer_selected", None), "score": ("score", None)}
 
 
 def _answered(call: Call, ready: set) -> bool:

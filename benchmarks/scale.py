@@ -10,16 +10,22 @@ a model's. Measured in one run:
   2 questions x 4 queries x 4 selections = 32 leaves) and `scaling_32_over_1`, the 32-replica rate over the
   1-replica rate (ideal 32);
 * `driver_calls_per_s`: the dispatch capacity, calls/s with zero-cost replicas, and the driver's CPU seconds
-  per call (from which, at ~9 remote calls per micro-batch, its CPU per micro-batch).
+  per call; the same for the rollout's merge task (`driver_merge_tasks_per_s`), and from both the driver's CPU
+  per micro-batch (`CALLS_PER_MICRO_BATCH`, one of them the merge).
 
 * `driver_rss_ratio_100k_over_10k`: peak RSS of a fresh driver process at start-up (the trainer's imports, the
   train split loaded, its question cursor built) with a train split of 100,000 questions over one of 10,000 (the
   same 64x64 PNG images, cycled, as world v2's; images stay in the file, `mmrag.data.dataset.StoredImage`).
 
-* `driver_bytes_per_leaf` (before/after): bytes the driver ships or fetches per leaf for what this change moved
-  off it: the micro-batch's question table (decoded images before, file references after) and the encoder's
-  query vectors (fetched before, passed to the shards by reference after); a micro-batch of the GPU preset, the
-  encoder dimension of `--vector-dim`. Hits, evidence texts and the learner's trees still pass through it.
+* `driver_bytes_per_leaf` (before/after, and `parts`): bytes the driver ships or fetches per leaf for the bulk
+  data of one micro-batch of the GPU preset (2 questions x 4 queries, top 20 from 4 shards, 4 selections per
+  query, `--docs-per-leaf` kept), as pickled sizes of the very objects that cross (references pickled in this Ray
+  session). Before (at the start of issue 24): the question table with decoded images, the encoder's vectors
+  fetched, every shard's top-K fetched, the merged top-K sent to the reranker, the evidence texts sent to the
+  generator and the hits inside the learner's trees. After: file references in the table, counts from the encoder
+  and the shards, the merged doc ids from the merge task, the selections sent to the generator, and a reference
+  per query row in the trees. Hits as world v2's KB has them (97-character passages, one in six with a 0.9 KB
+  image), and `driver_bytes_per_leaf_long_passages` with 1,000-character passages, no images.
 
 Results: benchmarks/results/scale.json, and a section of benchmarks/RESULTS.md.
 """
@@ -42,16 +48,24 @@ import ray
 from PIL import Image
 
 from actors.pool import ReplicaPool
+from actors.retrieval import merge_shard_rows
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.data.dataset import QUESTION_SCHEMA, encode_image, load_questions, questions_file
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.retrieved_rows import HitsRow, doc_ids_of, leaf_evidence, merged_rows
 from mmrag.training.stages import QuestionTable
 
 RESULTS_JSON = Path(__file__).with_name("results") / "scale.json"
 QUESTIONS_PER_CALL, QUERIES_PER_QUESTION = 2, 4
 LEAVES_PER_CALL = QUESTIONS_PER_CALL * QUERIES_PER_QUESTION * 4
 """One micro-batch of the GPU preset (train.micro_batch_size 2, 4 queries, 4 selections each)."""
-CALLS_PER_MICRO_BATCH = 9
-"""About how many remote calls the driver makes per micro-batch today (counted in issue 24)."""
+SHARDS, TOP_K, SELECTIONS_PER_QUERY = 4, 20, 4
+"""The GPU preset's index.num_shards, index.top_k and reranker.num_samples."""
+CALLS_PER_MICRO_BATCH = 6 + SHARDS
+"""Remote calls the driver makes per micro-batch: translate, encode, one search per shard, the merge task, rerank,
+answer, score."""
+KB_PROFILES = {"driver_bytes_per_leaf": (97, 900, 6), "driver_bytes_per_leaf_long_passages": (1000, 0, 1)}
+"""JSON key -> (passage characters, image bytes, one document in how many has the image)."""
 RSS_SPLITS = (10_000, 100_000)
 """Train split sizes whose driver start-up RSS is compared."""
 DRIVER_STARTUP = """
@@ -117,12 +131,30 @@ def measure(replica_counts: list[int], call_s: float, calls_per_replica: int, di
     pool = pool_of(8, 0.0)
     drive(pool, 200)
     wall, cpu = drive(pool, dispatch_calls)
+    drive_merges(200)
+    merge_wall, merge_cpu = drive_merges(dispatch_calls)
     return {"leaves_per_s": {str(n): rate for n, rate in rates.items()},
             "scaling_32_over_1": rates[max(rates)] / rates[min(rates)] if 1 in rates else None,
             "driver_calls_per_s": dispatch_calls / wall,
             "driver_cpu_s_per_call": cpu / dispatch_calls,
-            "driver_cpu_s_per_micro_batch": CALLS_PER_MICRO_BATCH * cpu / dispatch_calls,
+            "driver_merge_tasks_per_s": dispatch_calls / merge_wall,
+            "driver_cpu_s_per_merge_task": merge_cpu / dispatch_calls,
+            "driver_cpu_s_per_micro_batch": ((CALLS_PER_MICRO_BATCH - 1) * cpu + merge_cpu) / dispatch_calls,
             "call_s": call_s}
+
+
+def drive_merges(calls: int, in_flight: int = 16) -> tuple[float, float]:
+    """`calls` merge tasks of the rollout (`merge_shard_rows`, on empty shard results), `in_flight` at a time as
+    concurrent micro-batches would have them; (wall seconds, driver CPU seconds)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    pending: list = []
+    for _ in range(calls):
+        if len(pending) >= in_flight:
+            ready, pending = ray.wait(pending, num_returns=1)
+            ray.get(ready)
+        pending.append(merge_shard_rows.remote(TOP_K, [[]], [[]])[0])  # the doc ids, as the rollout reads them
+    ray.get(pending)
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def write_train_split(data_dir: Path, count: int, images: list[bytes]) -> None:
@@ -136,15 +168,52 @@ def write_train_split(data_dir: Path, count: int, images: list[bytes]) -> None:
     pq.write_table(table, data_dir / questions_file("train"), row_group_size=1024, use_dictionary=["id", "question"])
 
 
-def driver_bytes_per_leaf(data_dir: Path, vector_dim: int) -> dict[str, float]:
-    """Bytes through the driver per leaf for one micro-batch's question table and query vectors, before (decoded
-    images shipped, vectors fetched) and after (file references shipped, vectors passed by reference)."""
+def size(value) -> int:
+    """Bytes of `value` pickled: what crossing the driver costs it."""
+    return len(pickle.dumps(value))
+
+
+def shard_hits(rows: int, passage_chars: int, image_bytes: int, image_every: int) -> list[list[list[Hit]]]:
+    """Every shard's top-K for `rows` query rows: distinct documents, passages of `passage_chars` characters."""
+    rng = np.random.default_rng(0)
+
+    def hit(number: int) -> Hit:
+        image = rng.bytes(image_bytes) if image_bytes and number % image_every == 0 else None
+        words = " ".join(f"w{number}x{i}" for i in range(passage_chars))[:passage_chars]
+        return Hit(f"doc-{number:07d}", f"Entity {number}", words, image, f"e{number // 8}",
+                   float(rng.random()), number)
+
+    return [[[hit((shard * rows + row) * TOP_K + j) for j in range(TOP_K)] for row in range(rows)]
+            for shard in range(SHARDS)]
+
+
+def driver_bytes_per_leaf(data_dir: Path, vector_dim: int, docs_per_leaf: int, kb: tuple[int, int, int]) -> dict:
+    """Bytes through the driver per leaf of one micro-batch's bulk data, before and after, part by part (pickled
+    sizes; a reference is pickled as this Ray session pickles one)."""
     questions = load_questions(data_dir, "train")[:QUESTIONS_PER_CALL]
     stored = QuestionTable.of(questions)
     decoded = QuestionTable([q.image for q in questions], stored.questions, stored.references)
-    vectors = QUESTIONS_PER_CALL * QUERIES_PER_QUESTION * vector_dim * 4  # float32 rows
-    return {"before": (len(pickle.dumps(decoded)) + vectors) / LEAVES_PER_CALL,
-            "after": len(pickle.dumps(stored)) / LEAVES_PER_CALL, "vector_dim": vector_dim}
+    rows = QUESTIONS_PER_CALL * QUERIES_PER_QUESTION
+    per_shard = shard_hits(rows, *kb)
+    doc_ids, merged = merged_rows(per_shard, TOP_K)
+    selections = [[tuple(range(d, d + docs_per_leaf)) for d in range(SELECTIONS_PER_QUERY)] for _ in range(rows)]
+    reference = ray.put(merged)
+    parts = {
+        "question table": (size(decoded), size(stored)),
+        "query vectors": (rows * vector_dim * 4, 0),  # float32 rows, fetched before; by reference after
+        "shard results to the driver": (size(per_shard), SHARDS * size(rows)),  # after: each shard's count
+        "merged top-K to the reranker": (size(merged), size(reference)),
+        "merged doc ids from the merge": (0, size(doc_ids)),
+        "generator's evidence or selections": (size(leaf_evidence(merged, selections)), size(selections)),
+        "hits in the learner's trees": (size(merged), size([HitsRow(reference, row) for row in range(rows)])),
+    }
+    assert doc_ids == doc_ids_of(merged)
+    return {"before": sum(b for b, _ in parts.values()) / LEAVES_PER_CALL,
+            "after": sum(a for _, a in parts.values()) / LEAVES_PER_CALL,
+            "parts": {name: {"before": b / LEAVES_PER_CALL, "after": a / LEAVES_PER_CALL}
+                      for name, (b, a) in parts.items()},
+            "vector_dim": vector_dim, "docs_per_leaf": docs_per_leaf,
+            "passage_chars": kb[0], "image_bytes": kb[1], "image_every": kb[2]}
 
 
 def synthetic_images() -> list[bytes]:
@@ -179,15 +248,35 @@ def report(figures: dict, replica_counts: list[int]) -> str:
         markdown_table(["replicas", "leaves/s", "x one replica"], rows), "",
         f"Dispatch with zero-cost replicas: {figures['driver_calls_per_s']:.0f} calls/s; driver CPU "
         f"{1e3 * figures['driver_cpu_s_per_call']:.2f} ms per call, "
-        f"{1e3 * figures['driver_cpu_s_per_micro_batch']:.1f} ms per micro-batch at {CALLS_PER_MICRO_BATCH} calls.",
+        f"{1e3 * figures['driver_cpu_s_per_micro_batch']:.1f} ms per micro-batch at {CALLS_PER_MICRO_BATCH} calls "
+        f"(one of them the merge task: {figures['driver_merge_tasks_per_s']:.0f} tasks/s, "
+        f"{1e3 * figures['driver_cpu_s_per_merge_task']:.2f} ms of driver CPU each).",
         "",
         "Driver peak RSS at start-up (imports, train split loaded, cursor built; images left in the file): "
         + ", ".join(f"{int(n):,} questions {rss / 2**20:.0f} MiB" for n, rss in figures["driver_rss_bytes"].items())
         + f"; ratio {figures['driver_rss_ratio_100k_over_10k']:.2f} (target <= 1.2).",
-        f"Bytes through the driver per leaf for the question table and the query vectors (64x64 PNG images, "
-        f"{figures['driver_bytes_per_leaf']['vector_dim']}-d vectors): before "
-        f"{figures['driver_bytes_per_leaf']['before']:.0f}, after {figures['driver_bytes_per_leaf']['after']:.0f} "
-        "(hits, evidence texts and the learner's trees still pass through the driver)."])
+        "", bytes_report(figures)])
+
+
+def bytes_report(figures: dict) -> str:
+    main_kb, long_kb = (figures[key] for key in KB_PROFILES)
+    rows = [[name, f"{part['before']:.0f}", f"{part['after']:.0f}",
+             f"{long_kb['parts'][name]['before']:.0f}", f"{long_kb['parts'][name]['after']:.0f}"]
+            for name, part in main_kb["parts"].items()]
+    rows.append(["**total**", f"**{main_kb['before']:.0f}**", f"**{main_kb['after']:.0f}**",
+                 f"**{long_kb['before']:.0f}**", f"**{long_kb['after']:.0f}**"])
+    return "\n".join([
+        f"Bytes through the driver per leaf, one micro-batch of the GPU preset ({QUESTIONS_PER_CALL} questions x "
+        f"{QUERIES_PER_QUESTION} queries x {SELECTIONS_PER_QUERY} selections, top {TOP_K} from {SHARDS} shards, "
+        f"{main_kb['docs_per_leaf']} documents kept per leaf, 64x64 PNG question images, "
+        f"{main_kb['vector_dim']}-d vectors), pickled sizes of what crosses; before: as at the start of issue 24, "
+        "after: now. KB as world v2's (97-character passages, one document in six with a 0.9 KB image), and with "
+        "1,000-character passages:", "",
+        markdown_table(["part", "before", "after", "before (1,000-char)", "after (1,000-char)"], rows), "",
+        "Left on the driver: references, counts, the merged doc ids (the trees' leaves name their evidence by them) "
+        "and the selections it sends the generator. Ray carries a task's return value of under 100 KiB "
+        "(`max_direct_call_object_size`) inside its caller's process, the driver's here, unread by Python; "
+        "larger ones stay in the producing node's object store."])
 
 
 def main() -> None:
@@ -197,18 +286,20 @@ def main() -> None:
     parser.add_argument("--calls-per-replica", type=int, default=8, help="timed calls per replica at each count")
     parser.add_argument("--dispatch-calls", type=int, default=2000, help="zero-cost calls timed for dispatch capacity")
     parser.add_argument("--vector-dim", type=int, default=512, help="encoder dimension (default 512, a ViT-B CLIP)")
+    parser.add_argument("--docs-per-leaf", type=int, default=2, help="documents a leaf keeps (its evidence)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
-        figures = measure(args.replicas, args.call_s, args.calls_per_replica, args.dispatch_calls)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_train_split(Path(tmp), 16, synthetic_images())
+            figures = {key: driver_bytes_per_leaf(Path(tmp), args.vector_dim, args.docs_per_leaf, kb)
+                       for key, kb in KB_PROFILES.items()}
+        figures.update(measure(args.replicas, args.call_s, args.calls_per_replica, args.dispatch_calls))
     finally:
         ray.shutdown()
     rss = driver_startup_rss()
     figures.update(driver_rss_bytes=rss, driver_rss_ratio_100k_over_10k=rss["100000"] / rss["10000"])
-    with tempfile.TemporaryDirectory() as tmp:
-        write_train_split(Path(tmp), 16, synthetic_images())
-        figures["driver_bytes_per_leaf"] = driver_bytes_per_leaf(Path(tmp), args.vector_dim)
     publish_figures(report(figures, args.replicas), figures, RESULTS_JSON, write=not args.print_only)
 
 

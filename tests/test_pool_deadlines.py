@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from actors.pool import ReplicaPool
+from actors.pool import SUSPECT_SECONDS, ReplicaPool
 
 
 def test_a_replica_that_answered_gets_the_factor_times_the_slowest_recent_answer_and_a_starting_one_the_full_deadline():
@@ -26,3 +28,23 @@ def test_without_a_factor_every_call_gets_the_configured_deadline():
     pool = ReplicaPool("answer", ["replica 0"], calls_per_replica=2, retries=3, deadline_s=30.0)
     pool.answered(0, 0.1)
     assert pool.deadline_for(0) == 30.0
+
+
+class _Replica:
+    """A stage replica that only has to exist: the test drives the pool's bookkeeping, not calls."""
+
+
+def test_a_replica_hung_twice_in_a_row_stays_avoided_twice_as_long_even_when_its_queued_call_then_reports_it_lost(
+        ray_session):
+    actor_class = ray_session.remote(num_cpus=0, max_restarts=-1)(_Replica)
+    pool = ReplicaPool("answer", [actor_class.remote(), actor_class.remote()], calls_per_replica=2, retries=3,
+                       deadline_s=30.0)
+    start = time.monotonic()
+    pool.hung(0)
+    assert pool.suspect_until[0] == pytest.approx(start + SUSPECT_SECONDS, abs=1.0)
+    pool.hung(0)
+    # Killing the replica fails the call queued behind the hung one; settling that call reports the replica lost.
+    pool.lost(0)
+    assert pool.suspect_until[0] == pytest.approx(start + 2 * SUSPECT_SECONDS, abs=1.0), \
+        "the second timeout in a row doubles the suspension; a loss reported after it must not shorten it"
+    assert 0 in pool.health_checks and pool.pick() == 1

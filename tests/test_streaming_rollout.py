@@ -9,9 +9,12 @@ micro-batch alone and carries the weights version to sample with.
 from __future__ import annotations
 
 import pytest
+import ray
 import torch
 
-from mmrag.data.dataset import load_questions
+from mmrag.data.dataset import load_kb, load_questions
+from mmrag.retrieval.hit import Hit
+from mmrag.rl.rollout import nodes_at
 from mmrag.training.learner import Weights
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
@@ -60,3 +63,37 @@ def test_streamed_trees_on_actor_pools_equal_the_in_process_ones(pools, tiny_con
     assert rolled_out(pools, questions) == changed
     assert changed != local
     assert {t[2] for tree in changed for t in tree[1]} == {1}
+
+
+def received_by_the_driver(value) -> list:
+    """Every leaf value (string, number, reference) reachable from what the stream holds: dataclasses, lists, dicts."""
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in received_by_the_driver(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in received_by_the_driver(item)]
+    if hasattr(value, "__dict__") and not isinstance(value, ray.ObjectRef):
+        return [value] + received_by_the_driver(vars(value))
+    return [value]
+
+
+def test_on_actor_pools_the_driver_holds_doc_ids_not_passage_texts_and_a_learner_rank_fetches_the_hits(
+        pools, synth_dir):
+    from actors.retrieval import fetch_hits_rows
+
+    stream = RolloutStream(pools, n=2, m=2, micro_batch_size=2, seed=11)
+    batch = stream.start(load_questions(synth_dir, "train")[:2], number=1)
+    while batch.finished is None:
+        stream.pump()
+    assert not batch.failed, batch.error
+    trees = assemble_trees(batch)
+    held = received_by_the_driver([[mb.outputs for mb in batch.micro_batches], trees])
+    passages = {doc.text for doc in load_kb(synth_dir)}
+    assert not any(isinstance(value, Hit) for value in held)
+    assert not passages & {value for value in held if isinstance(value, str)}
+    retrieved = batch.micro_batches[0].outputs["retrieve"]
+    assert isinstance(retrieved.hits, ray.ObjectRef)
+    queries = [node.output for node in nodes_at(trees[0], "translator") + nodes_at(trees[1], "translator")]
+    hits = pools.retrieve(queries)  # the blocking path evaluation takes: the same global top-K, fetched
+    assert retrieved.doc_ids == [[h.doc_id for h in row] for row in hits]
+    fetched = fetch_hits_rows(trees)
+    assert [node.payload["hits"] for root in fetched for node in nodes_at(root, "translator")] == hits

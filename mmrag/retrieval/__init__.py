@@ -3,7 +3,8 @@
 Data flow: kb.parquet -> `build_index` (parts embedded and persisted, then streamed into
 FAISS shards + doc stores) -> manifest on disk -> `ShardSearcher` per shard -> `merge_topk`
 -> `list[list[Hit]]` per query batch, either in one process (`LocalRetriever`) or across
-Ray actors (`actors.retrieval.RetrievalRouter`).
+Ray actors (`actors.retrieval.RetrievalRouter`). The rollout stream holds a micro-batch's
+result as `retrieved_rows.RetrievedRows` (doc ids, and the hits or a reference to them).
 """
 
 from mmrag.retrieval.hit import Hit

@@ -8,6 +8,12 @@ ready while its pool has room, latest stage first (finishing work frees memory a
 the learner sooner), then waits for any call to finish; so the translator works on
 micro-batch k+1 while the generator answers k. A finished batch becomes rollout trees
 (`assemble_trees`), in question order whatever order its micro-batches finished in.
+
+The stream reads of each call only what the trees need: queries, selections, answers, rewards, and
+of retrieval the doc ids (`RetrievedRows`). The retrieved hits (passage texts, KB images) go on to
+the reranker and the generator as whatever handle the pools gave (on Ray an object reference), and
+the generator builds each leaf's evidence from them (`leaf_evidence`), so on Ray they never reach
+the driver; the trees carry each query row's hits by the same handle (`HitsRow`) to the learner.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mmrag.data.dataset import Question
+from mmrag.retrieval.retrieved_rows import RetrievedRows, leaf_evidence
 from mmrag.rl.rollout import Node
 from mmrag.training.seeding import call_seed
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections, Stages
@@ -41,7 +48,12 @@ class StagePools(Protocol):
         """Whether the stage's pool takes another call now."""
 
     def submit(self, stage: str, *args: Any) -> Any:
-        """Start one call of `stage` (a `Stages` method name); returns a future."""
+        """Start one call of `stage` (a `Stages` method name); returns a future.
+
+        Two stages differ from their `Stages` method: `retrieve`'s value is a `RetrievedRows`, and `answer` takes
+        `(table, rows, hits, selections)`, the hits as `RetrievedRows.hits` holds them: the evidence is built where
+        the answer is generated (`leaf_evidence`).
+        """
 
     def wait(self, futures: list, timeout: float | None = None) -> list:
         """Block until at least one of `futures` is done (or `timeout` passes); the done ones."""
@@ -72,6 +84,11 @@ class InlinePools:
 
     def submit(self, stage: str, *args: Any) -> _Done:
         try:
+            if stage == "retrieve":
+                return _Done(RetrievedRows.of(self.stages.retrieve(*args)))
+            if stage == "answer":
+                table, rows, hits, selections = args
+                return _Done(self.stages.answer(table, rows, leaf_evidence(hits, selections)))
             return _Done(getattr(self.stages, stage)(*args))
         except Exception as exc:  # reported by `result`, as a remote call's failure would be
             return _Done(error=exc)
@@ -225,13 +242,10 @@ class RolloutStream:
         if stage == "retrieve":
             return (queries,)
         if stage == "rerank":
-            return mb.table, query_rows, queries, out["retrieve"], self.m, mb.seed
+            return mb.table, query_rows, queries, out["retrieve"].hits, self.m, mb.seed
         leaf_rows = [q for q in query_rows for _ in range(self.m)]
         if stage == "answer":
-            hits, drawn = out["retrieve"], out["rerank"].selections
-            evidence = [[hits[row][j].text for j in selection] for row, row_draws in enumerate(drawn)
-                        for selection in row_draws]
-            return mb.table, leaf_rows, evidence
+            return mb.table, leaf_rows, out["retrieve"].hits, out["rerank"].selections
         return mb.table, leaf_rows, out["answer"]
 
 
@@ -239,14 +253,15 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
     """One rollout tree per question of a finished batch, in question order; leaves carry rewards.
 
     Roots record the rollout number (which the learner reports back), translator nodes the
-    translator version that drew them, reranker nodes (the leaves) the reranker version, and
-    each leaf's payload both.
+    translator version that drew them and their row of hits (or its `HitsRow`), reranker nodes (the leaves)
+    the reranker version, and each leaf's payload both and the doc ids of its evidence.
     """
     roots = []
     for mb in batch.micro_batches:
         sampled: SampledQueries = mb.outputs["translate"]
         selected: SampledSelections = mb.outputs["rerank"]
-        hits, answers, rewards = mb.outputs["retrieve"], mb.outputs["answer"], mb.outputs["score"]
+        retrieved: RetrievedRows = mb.outputs["retrieve"]
+        answers, rewards = mb.outputs["answer"], mb.outputs["score"]
         versions = {"translator": sampled.policy_version, "reranker": selected.policy_version}
         row = 0
         for question, samples in zip(mb.questions, sampled.queries):
@@ -254,13 +269,13 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
                         payload={"question": question, "rollout": batch.number})
             for sample in samples:
                 t_node = root.add(Node("translator", output=sample.text, logprob=sample.logprob,
-                                       policy_version=sampled.policy_version, payload={"hits": hits[row]}))
+                                       policy_version=sampled.policy_version, payload={"hits": retrieved.row(row)}))
                 for draw, (selection, logprob) in enumerate(zip(selected.selections[row], selected.logprobs[row])):
                     leaf = row * len(selected.selections[row]) + draw
                     t_node.add(Node("reranker", output=tuple(selection), logprob=logprob,
                                     policy_version=selected.policy_version, reward=float(rewards[leaf]),
                                     payload={"answer": answers[leaf], "versions": versions,
-                                             "doc_ids": [hits[row][j].doc_id for j in selection]}))
+                                             "doc_ids": [retrieved.doc_ids[row][j] for j in selection]}))
                 row += 1
             roots.append(root)
     return roots
