@@ -29,6 +29,8 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnavailableError, ObjectLostError, RayActorError, RayTaskError
 
+from actors.outages import OutageLog
+
 REPLICA_LOST = (RayActorError, ActorUnavailableError, ObjectLostError)
 """Errors that mean the replica (or what it produced) is gone, not that its code failed."""
 SUSPECT_SECONDS = 10.0
@@ -66,6 +68,7 @@ class ReplicaPool:
         """Replicas out of the pool -> their pending health check."""
         self.redispatched = 0
         self.timed_out = 0
+        self.outages = OutageLog(name)
 
     def serving(self) -> list[int]:
         """The replicas in the pool (all of them when every one is out: a call must go somewhere)."""
@@ -91,11 +94,14 @@ class ReplicaPool:
         self.answer_seconds.append(seconds)
         self.started[replica] = True
         self.timeouts_in_a_row[replica] = 0
+        self.outages.answered(replica)
 
-    def lost(self, replica: int) -> None:
-        """`replica` died or was killed: avoid it for a while; it is starting again (Ray restarts it)."""
+    def lost(self, replica: int, call_sent: float | None = None, cause: str = "died") -> None:
+        """`replica` died or was killed (losing a call sent at `call_sent`): avoid it for a while; it is starting
+        again (Ray restarts it)."""
         self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
+        self.outages.lost(replica, cause, call_sent)
 
     def _avoid(self, replica: int, seconds: float) -> None:
         """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
@@ -106,13 +112,14 @@ class ReplicaPool:
         now = time.monotonic()
         return min(self.serving(), key=lambda i: (self.suspect_until[i] > now, self.in_flight[i], i))
 
-    def hung(self, replica: int) -> None:
-        """`replica` let a call pass its deadline: kill it (Ray restarts it), avoid it, maybe take it out."""
+    def hung(self, replica: int, call_sent: float | None = None) -> None:
+        """`replica` let a call (sent at `call_sent`) pass its deadline: kill it (Ray restarts it), avoid it, maybe
+        take it out."""
         self.timed_out += 1
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
         self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
-        self.lost(replica)
+        self.lost(replica, call_sent, cause="hung")
         ray.kill(self.actors[replica], no_restart=False)
         if misses >= MAX_TIMEOUTS_IN_A_ROW:
             self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
@@ -171,10 +178,10 @@ class Call:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
             pool.answered(self.replica, time.monotonic() - self.sent)
         except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
-            pool.lost(self.replica)
+            pool.lost(self.replica, self.sent)
             self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
-            pool.lost(self.replica)
+            pool.lost(self.replica, self.sent)
             self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
@@ -189,7 +196,7 @@ class Call:
             return True
         pool = self.pool
         pool.in_flight[self.replica] -= 1
-        pool.hung(self.replica)
+        pool.hung(self.replica, self.sent)
         self._resend(f"no answer within {self.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
                      "pools.call_timeout_factor)")
         return True

@@ -67,15 +67,21 @@ def fetch_hits_rows(roots: list[Node]) -> list[Node]:
 
 
 class RetrievalRouter:
-    """Scatter/gather over the `RetrievalShard` actors of one index."""
+    """Scatter/gather over the `RetrievalShard` actors of one index (`shard_replicas`: each shard's actors; `shards`:
+    the first of each, which `search` asks)."""
 
-    def __init__(self, manifest: Manifest, shards: list) -> None:
+    def __init__(self, manifest: Manifest, shard_replicas: list[list]) -> None:
         self.manifest = manifest
-        self.shards = shards
+        self.shard_replicas = shard_replicas
+
+    @property
+    def shards(self) -> list:
+        return [replicas[0] for replicas in self.shard_replicas]
 
     @classmethod
-    def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0) -> RetrievalRouter:
-        """Start one shard actor per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each).
+    def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0,
+               replicas: int = 1) -> RetrievalRouter:
+        """Start `replicas` shard actors per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each).
 
         Waits until every shard has loaded, so a missing or corrupt shard file fails here, naming it. A shard
         actor Ray restarts (`max_restarts`) reloads its shard in its constructor before it serves again.
@@ -87,9 +93,10 @@ class RetrievalRouter:
                                     f"rebuild the index with `mmrag index --force`")
         placement = RetrievalShard.options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus,
                                            max_restarts=max_restarts, max_task_retries=0)
-        shards = [placement.remote(str(index_dir), entry, cfg) for entry in manifest.shards]
-        ray.get([shard.num_docs.remote() for shard in shards])
-        return cls(manifest, shards)
+        shard_replicas = [[placement.remote(str(index_dir), entry, cfg) for _ in range(replicas)]
+                          for entry in manifest.shards]
+        ray.get([shard.num_docs.remote() for shards in shard_replicas for shard in shards])
+        return cls(manifest, shard_replicas)
 
     @property
     def dim(self) -> int:
@@ -102,6 +109,6 @@ class RetrievalRouter:
         return merge_topk(ray.get([shard.search.remote(queries_ref, k) for shard in self.shards]), k)
 
     def shutdown(self) -> None:
-        for shard in self.shards:
+        for shard in [shard for shards in self.shard_replicas for shard in shards]:
             ray.kill(shard)
-        self.shards = []
+        self.shard_replicas = []

@@ -196,7 +196,8 @@ class ActorPools:
             "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache,
                            stage="score"),
         }
-        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts)
+        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
+                                        replicas=cfg.index.shard_replicas)
         for stage, actors in groups.items():
             _wait_started(stage, actors)
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
@@ -204,7 +205,8 @@ class ActorPools:
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
                   settings.call_timeout_factor, settings.min_call_timeout_s)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
+        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits)
+                  for i, replicas in enumerate(router.shard_replicas)]
         return cls(cfg, pools, shards, router, placement)
 
     # StagePools: what the streaming rollout drives.
@@ -314,6 +316,10 @@ class ActorPools:
     def timed_out_calls(self) -> dict[str, int]:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
+
+    def outages(self) -> list[dict]:
+        """Every replica outage the pools saw (`actors.outages.Outage`), pool by pool."""
+        return [record for pool in self._all_pools() for record in pool.outages.records()]
 
     def _all_pools(self) -> list[ReplicaPool]:
         return [*self.pools.values(), *self.shards]

@@ -41,6 +41,11 @@ VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor",
 HANGABLE = ("GeneratorActor", "RetrievalShard")
 """What the killer SIGSTOPs: a wedged generator and a stuck shard are the hangs a cluster sees most."""
 RESULTS_JSON = Path(__file__).with_name("results") / "chaos.json"
+WATCH_POLL_S = 0.1
+"""How often a fault's watcher looks for its victim's successor process (the precision of respawn and load times)."""
+POOL_OF = {"TranslatorActor": "translate", "EncoderActor": "retrieve", "RetrievalShard": "retrieval_shard",
+           "RerankerActor": "rerank", "GeneratorActor": "answer", "RewardActor": "score"}
+"""The pool (name prefix) whose outage a fault of each actor class opens."""
 
 
 def actor_processes() -> dict[int, str]:
@@ -59,12 +64,13 @@ def actor_processes() -> dict[int, str]:
 
 class Killer(threading.Thread):
     """Every `every` seconds, SIGKILL one random actor process, or (every third fault, from the first) SIGSTOP a
-    generator or shard for `stop_s` seconds; counts what it did."""
+    generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
 
     def __init__(self, every: float, seed: int, stop_s: float):
         super().__init__(daemon=True)
         self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
         self.stop, self.faults = threading.Event(), Counter()
+        self.records: list[Fault] = []
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
@@ -74,13 +80,48 @@ class Killer(threading.Thread):
             if not candidates:
                 continue
             pid = self.rng.choice(candidates)
+            at = time.monotonic()
             try:
                 os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            self.faults[f"{processes[pid]} {'SIGSTOP' if hang else 'SIGKILL'}"] += 1
+            fault = Fault(processes[pid], "SIGSTOP" if hang else "SIGKILL", pid, at, set(processes))
+            self.faults[fault.name] += 1
+            self.records.append(fault)
+            threading.Thread(target=fault.watch, args=(self.stop,), daemon=True).start()
             if hang:
                 threading.Timer(self.stop_s, _continue, args=(pid,)).start()
+
+
+class Fault:
+    """One signal sent, and when its victim's successor appeared and finished its constructor (from the process
+    titles Ray sets: `ray::Class.__init__` while constructing, `ray::Class[.method]` after)."""
+
+    def __init__(self, kind: str, signal_name: str, pid: int, at: float, pids_before: set[int]):
+        self.kind, self.signal, self.pid, self.at, self.pids_before = kind, signal_name, pid, at, pids_before
+        self.respawned: float | None = None
+        self.constructed: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.signal}"
+
+    def watch(self, stop: threading.Event) -> None:
+        """Poll the actor processes until a new one of the victim's class has finished its constructor."""
+        while not stop.wait(WATCH_POLL_S) and self.constructed is None:
+            for process in psutil.Process(os.getpid()).children(recursive=True):
+                if process.pid in self.pids_before:
+                    continue
+                try:
+                    title = " ".join(process.cmdline())
+                except psutil.Error:
+                    continue
+                if title.startswith(f"ray::{self.kind}"):
+                    now = time.monotonic()
+                    self.respawned = self.respawned or now
+                    if not title.startswith(f"ray::{self.kind}.__init__"):
+                        self.constructed = now
+                    break
 
 
 def _continue(pid: int) -> None:
@@ -88,6 +129,44 @@ def _continue(pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
     except ProcessLookupError:  # the deadline killed it, as it should
         pass
+
+
+def fault_costs(faults: list[Fault], outages: list[dict]) -> list[dict]:
+    """Each fault's timeline, in seconds from the signal: when its pool noticed (`detect`), when Ray started the
+    successor process (`restart`, from the notice for a hang, which the pool's kill ends, from the signal for a
+    SIGKILL), when its constructor finished (`load`: imports, model or shard), when the replica answered a call
+    again (`first_answer`); and the calls lost with the seconds they had run (work redone). None: not seen (a
+    learner rank has no pool; a replica the run ended before it answered again)."""
+    costs, unmatched = [], sorted(outages, key=lambda o: o["noticed"])
+    for fault in faults:
+        prefix = POOL_OF.get(fault.kind)
+        outage = next((o for o in unmatched if prefix and o["pool"].startswith(prefix) and o["noticed"] >= fault.at),
+                      None)
+        if outage:
+            unmatched.remove(outage)
+        noticed = outage["noticed"] if outage else None
+        restart_from = noticed if fault.signal == "SIGSTOP" else fault.at
+        answered = outage and outage["answered_again"]
+        costs.append({
+            "fault": fault.name,
+            "pool": outage["pool"] if outage else None,
+            "detect_s": _since(fault.at, noticed),
+            "restart_s": _since(restart_from, fault.respawned),
+            "load_s": _since(fault.respawned, fault.constructed),
+            "first_answer_s": _since(fault.constructed, answered),
+            "outage_s": _since(fault.at, answered),
+            "calls_lost": outage["calls_lost"] if outage else 0,
+            "work_lost_s": outage["work_lost_s"] if outage else 0.0,
+        })
+    return costs
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
 
 
 def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
@@ -102,7 +181,8 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     seconds = time.perf_counter() - start
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
-            "timed_out": summary["timed_out_calls"]}
+            "timed_out": summary["timed_out_calls"],
+            "fault_costs": fault_costs(killer.records, summary["outages"]) if killer else []}
 
 
 def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
@@ -113,6 +193,9 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
     chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
     return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
+            "seconds_calm": calm["seconds"], "seconds_chaos": chaos["seconds"],
+            "extra_s_per_fault": (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1),
+            "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
 
@@ -128,22 +211,30 @@ def main() -> None:
                              "well under a second)")
     parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
+    parser.add_argument("--replicas", type=int, default=2,
+                        help="replicas of every stage pool and of every retrieval shard, in the calm and the chaos "
+                             "runs alike (default 2: a fault-tolerant deployment's; the learner's ranks are not "
+                             "replicas)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
+    replicas = {"num_replicas": args.replicas}
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
-                                                        "mode": "distributed"})
+                                                        "mode": "distributed"},
+                        translator=replicas, encoder=replicas, reranker=replicas, generator=replicas, reward=replicas,
+                        index={"shard_replicas": args.replicas})
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
         runs = [measure_lag(cfg, int(lag), args, tmp) for lag in args.lags.split(",")]
     ray.shutdown()
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,
-               "min_call_timeout_s": args.min_deadline, "runs": runs,
+               "min_call_timeout_s": args.min_deadline, "replicas": args.replicas, "runs": runs,
                **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
         f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
-        f"{args.steps} steps per run; in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
+        f"{args.steps} steps per run; {args.replicas} replica(s) of every stage pool and of every retrieval shard, "
+        f"in the calm and the chaos runs alike (the learner's ranks are not replicas); in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
         f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
         f"shard SIGSTOPped for "
         f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
@@ -157,7 +248,17 @@ def main() -> None:
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
-        "the calm run's speed varies too.",
+        "the calm run's speed varies too. What each fault cost, in seconds from its signal: `detect` until its pool "
+        "noticed (the actor-death error for a SIGKILL, the call deadline for a SIGSTOP), `restart` until Ray "
+        "started the successor process (from the pool's kill for a SIGSTOP), `load` its constructor (imports, "
+        "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
+        "calls lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is "
+        "(chaos seconds - calm seconds) / faults, what the run as a whole lost per fault.",
+        markdown_table(["lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage", "calls lost",
+                        "work lost", "extra / fault"], [
+            [str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
+                "detect_s", "restart_s", "load_s", "first_answer_s", "outage_s")), str(c["calls_lost"]),
+             f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"] for r in runs for c in r["fault_costs"]]),
     ])
     publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 

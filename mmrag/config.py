@@ -93,6 +93,9 @@ class IndexConfig:
     """Candidates returned by the router for each query."""
     shard_num_cpus: float = 0.5
     """CPUs reserved by each RetrievalShard actor."""
+    shard_replicas: int = 1
+    """RetrievalShard actors per shard in distributed training, each loading the whole shard: with 2, a shard's
+    searches go to the sibling while Ray restarts a dead or hung one."""
     shard_num_gpus: float = 0.0
     """GPUs for each RetrievalShard actor (fractions allowed); with use_gpu its index moves to GPU FAISS."""
     pq_m: int = 16

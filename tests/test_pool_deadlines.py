@@ -48,3 +48,17 @@ def test_a_replica_hung_twice_in_a_row_stays_avoided_twice_as_long_even_when_its
     assert pool.suspect_until[0] == pytest.approx(start + 2 * SUSPECT_SECONDS, abs=1.0), \
         "the second timeout in a row doubles the suspension; a loss reported after it must not shorten it"
     assert 0 in pool.health_checks and pool.pick() == 1
+
+
+def test_an_outage_spans_the_first_lost_call_to_the_replicas_next_answer_and_counts_every_call_lost_in_it():
+    pool = ReplicaPool("answer", ["replica 0", "replica 1"], calls_per_replica=2, retries=3, deadline_s=30.0)
+    now = time.monotonic()
+    pool.lost(0, call_sent=now - 1.0)
+    pool.lost(0, call_sent=now - 0.5)  # the call queued behind it fails too: the same outage
+    pool.answered(1, 0.1)
+    assert pool.outages.closed == [], "a sibling's answer does not end replica 0's outage"
+    pool.answered(0, 0.1)
+    (outage,) = pool.outages.records()
+    assert (outage["pool"], outage["replica"], outage["cause"], outage["calls_lost"]) == ("answer", 0, "died", 2)
+    assert outage["work_lost_s"] == pytest.approx(1.5, abs=0.1)
+    assert now <= outage["noticed"] <= outage["answered_again"]
