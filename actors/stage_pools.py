@@ -51,7 +51,7 @@ class RetrievalCall:
 
     def __init__(self, encoders: ReplicaPool, shards: list[ReplicaPool], queries: list[str], k: int):
         self.shards, self.k = shards, k
-        self.encode = encoders.call("encode_queries", queries)
+        self.encode = encoders.call("encode_queries", queries, hedged=False)  # the searches wait on its vectors
         self.searches = self._searches()
         self.merge: list = []
         """(doc ids, merged hits) refs of the merge task, once every shard has answered."""
@@ -79,13 +79,13 @@ class RetrievalCall:
     def settle(self, ready: set) -> None:
         if not self.encode.done and _answered(self.encode, ready):
             resends = self.encode.resends
-            self.encode.settle()
+            self.encode.settle(ready)
             if self.encode.resends > resends:  # the encoder died: the searches wait on lost vectors
                 self._search_again()
                 return
         for call in self.searches:
             if not call.done and _answered(call, ready):
-                call.settle()
+                call.settle(ready)
         if self.merge and self.merge[0] in ready:
             self._read_merge()
         self._conclude()
@@ -154,7 +154,7 @@ class _SingleCall:
 
     def settle(self, ready: set) -> None:
         if _answered(self.call, ready):
-            self.call.settle()
+            self.call.settle(ready)
 
     def expire(self, now: float) -> None:
         self.call.expire(now)
@@ -203,7 +203,7 @@ class ActorPools:
         encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
         router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
-                  settings.call_timeout_factor, settings.min_call_timeout_s)
+                  settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits)
                   for i, replicas in enumerate(router.shard_replicas)]
@@ -239,6 +239,7 @@ class ActorPools:
             wake = [call.deadline for call in calls] + ([until] if until is not None else [])
             if any(pool.health_checks for pool in self._all_pools()):
                 wake.append(time.monotonic() + HEALTH_POLL_S)
+            wake += [attempt.answer_by for pool in self._all_pools() for attempt in pool.stragglers]
             left = None if not wake else max(min(wake) - time.monotonic(), 0.0)
             if refs:
                 ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
@@ -249,6 +250,7 @@ class ActorPools:
             now = time.monotonic()
             for pool in self._all_pools():
                 pool.check_health()
+                pool.check_stragglers(now)
             done = []
             for future in futures:
                 if isinstance(future, ray.ObjectRef):
@@ -313,6 +315,10 @@ class ActorPools:
         """Calls re-dispatched after their replica died or hung past the deadline, per pool."""
         return {pool.name: pool.redispatched for pool in self._all_pools() if pool.redispatched}
 
+    def hedged_calls(self) -> dict[str, int]:
+        """Calls sent to a second replica because the first ran past the pool's hedge time, per pool."""
+        return {pool.name: pool.hedged for pool in self._all_pools() if pool.hedged}
+
     def timed_out_calls(self) -> dict[str, int]:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
@@ -351,7 +357,7 @@ _METHODS = {"translate": ("sample", "translator"), "translate_greedy": ("greedy"
 
 
 def _answered(call: Call, ready: set) -> bool:
-    return bool(call.refs) and call.refs[0] in ready
+    return any(ref in ready for ref in call.refs)
 
 
 def _refs_of(future) -> list:

@@ -181,7 +181,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     seconds = time.perf_counter() - start
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
-            "timed_out": summary["timed_out_calls"],
+            "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
             "fault_costs": fault_costs(killer.records, summary["outages"]) if killer else []}
 
 
@@ -197,7 +197,15 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
             "extra_s_per_fault": (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1),
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
+            "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
             "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
+
+
+def with_replicas(cfg, n: int):
+    """`cfg` with `n` replicas of every stage pool and `n` actors per retrieval shard."""
+    replicas = {"num_replicas": n}
+    return with_sections(cfg, translator=replicas, encoder=replicas, reranker=replicas, generator=replicas,
+                         reward=replicas, index={"shard_replicas": n})
 
 
 def main() -> None:
@@ -211,40 +219,45 @@ def main() -> None:
                              "well under a second)")
     parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
-    parser.add_argument("--replicas", type=int, default=2,
+    parser.add_argument("--replicas", default="2",
                         help="replicas of every stage pool and of every retrieval shard, in the calm and the chaos "
-                             "runs alike (default 2: a fault-tolerant deployment's; the learner's ranks are not "
-                             "replicas)")
+                             "runs alike, comma-separated to measure several (default 2: a fault-tolerant "
+                             "deployment's; the learner's ranks are not replicas); the last gives the "
+                             "chaos_over_calm_lag_N keys, each gives chaos_over_calm_lag_N_replicas_R")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
-    replicas = {"num_replicas": args.replicas}
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
-                                                        "mode": "distributed"},
-                        translator=replicas, encoder=replicas, reranker=replicas, generator=replicas, reward=replicas,
-                        index={"shard_replicas": args.replicas})
+                                                        "mode": "distributed"})
+    replica_counts = [int(n) for n in args.replicas.split(",")]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [measure_lag(cfg, int(lag), args, tmp) for lag in args.lags.split(",")]
+        runs = [{"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, str(Path(tmp) / f"r{n}"))}
+                for n in replica_counts for lag in args.lags.split(",")]
     ray.shutdown()
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,
-               "min_call_timeout_s": args.min_deadline, "replicas": args.replicas, "runs": runs,
-               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs}}
+               "min_call_timeout_s": args.min_deadline, "hedge_factor": cfg.pools.hedge_factor, "runs": runs,
+               **{f"chaos_over_calm_lag_{r['lag']}_replicas_{r['replicas']}": r["chaos_over_calm"] for r in runs},
+               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs
+                  if r["replicas"] == replica_counts[-1]}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
         f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
-        f"{args.steps} steps per run; {args.replicas} replica(s) of every stage pool and of every retrieval shard, "
-        f"in the calm and the chaos runs alike (the learner's ranks are not replicas); in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
+        f"{args.steps} steps per run; {' or '.join(map(str, replica_counts))} replica(s) of every stage pool and of "
+        f"every retrieval shard (the table's `replicas`), the same in a calm run and the chaos run it is compared "
+        f"with (the learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its "
+        f"pool's median answer is hedged to a second replica, `pools.hedge_factor`); in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
         f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
         f"shard SIGSTOPped for "
         f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
         f"that has answered since it started; seed {args.seed}); a checkpoint every step at lag > 0, every 5 at "
         f"lag 0.",
-        markdown_table(["lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
-                        "timed out", "restores", "steps redone", "same rollouts"], [
-            [str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+        markdown_table(["replicas", "lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
+                        "timed out", "hedged calm / chaos", "restores", "steps redone", "same rollouts"], [
+            [str(r["replicas"]), str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0",
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
+             f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
@@ -254,9 +267,9 @@ def main() -> None:
         "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
         "calls lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is "
         "(chaos seconds - calm seconds) / faults, what the run as a whole lost per fault.",
-        markdown_table(["lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage", "calls lost",
+        markdown_table(["replicas", "lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage", "calls lost",
                         "work lost", "extra / fault"], [
-            [str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
+            [str(r["replicas"]), str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
                 "detect_s", "restart_s", "load_s", "first_answer_s", "outage_s")), str(c["calls_lost"]),
              f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"] for r in runs for c in r["fault_costs"]]),
     ])

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from actors.pool import SUSPECT_SECONDS, ReplicaPool
+from actors.pool import SUSPECT_SECONDS, Call, ReplicaPool
 
 
 def test_a_replica_that_answered_gets_the_factor_times_the_slowest_recent_answer_and_a_starting_one_the_full_deadline():
@@ -62,3 +62,52 @@ def test_an_outage_spans_the_first_lost_call_to_the_replicas_next_answer_and_cou
     assert (outage["pool"], outage["replica"], outage["cause"], outage["calls_lost"]) == ("answer", 0, "died", 2)
     assert outage["work_lost_s"] == pytest.approx(1.5, abs=0.1)
     assert now <= outage["noticed"] <= outage["answered_again"]
+
+
+def _until_settled(pool: ReplicaPool, call: Call) -> None:
+    """Drive `call` as `ActorPools.wait` does: wait until a ref is ready or its next deadline, settle or expire."""
+    import ray
+
+    while not call.done:
+        ready = set(ray.wait(call.refs, timeout=max(call.deadline - time.monotonic(), 0.0), fetch_local=False)[0])
+        if ready:
+            call.settle(ready)
+        else:
+            call.expire(time.monotonic())
+
+
+def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_which_answers_and_the_straggler_is_killed_at_its_deadline(  # noqa: E501
+        ray_session):
+    class Echo:  # defined here, so Ray ships it by value (workers cannot import a test module)
+        """A replica that answers `echo(x)` with (x, its delay) after `delay` seconds (long: a stopped process)."""
+
+        def __init__(self, delay: float):
+            self.delay = delay
+
+        def echo(self, x: int) -> tuple[int, float]:
+            time.sleep(self.delay)
+            return x, self.delay
+
+    actor_class = ray_session.remote(num_cpus=0, max_restarts=-1)(Echo)
+    pool = ReplicaPool("answer", [actor_class.remote(60.0), actor_class.remote(0.0)], calls_per_replica=2,
+                       retries=3, deadline_s=2.0, hedge_factor=3.0)
+    pool.answered(0, 0.05)
+    pool.answered(1, 0.05)
+    assert pool.hedge_after(0) == pytest.approx(0.15)
+    start = time.monotonic()
+    call = pool.call("echo", 7)
+    _until_settled(pool, call)
+    assert call.value == (7, 0.0), f"the sibling's answer ({call.error})"
+    assert time.monotonic() - start < 1.5, "hedged after 0.15 s, not after the 2 s deadline"
+    assert (pool.hedged, pool.timed_out, pool.in_flight) == (1, 0, [1, 0]), "replica 0's slot held by the straggler"
+    assert pool.pick() == 1, "the slow replica is avoided"
+    time.sleep(max(start + 2.1 - time.monotonic(), 0.0))
+    pool.check_stragglers(time.monotonic())
+    assert (pool.timed_out, pool.in_flight, pool.stragglers) == (1, [0, 0], []), \
+        "past its deadline the straggler counts hung: its replica killed (Ray restarts it), its slot freed"
+
+
+def test_a_pool_of_one_replica_never_hedges():
+    pool = ReplicaPool("answer", ["replica 0"], calls_per_replica=2, retries=3, deadline_s=30.0, hedge_factor=3.0)
+    pool.answered(0, 0.1)
+    assert pool.hedge_after(0) == float("inf")
