@@ -177,8 +177,15 @@ class ReplicaPool:
                 self.timeouts_in_a_row[replica] = 0
 
     def broadcast(self, method: str, *args: Any) -> list:
-        """`method(*args)` on every replica, blocking; their results."""
-        return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
+        """`method(*args)` on every replica, blocking; the results of those that answered (one dead or restarting,
+        e.g. killed as hung just before, is left out rather than failing a run that has finished its work)."""
+        results = []
+        for ref in [getattr(actor, method).remote(*args) for actor in self.actors]:
+            try:
+                results.append(ray.get(ref))
+            except REPLICA_LOST:
+                continue
+        return results
 
 
 @dataclass
@@ -249,7 +256,7 @@ class Call:
             won, other = (self.hedge, first) if ready is not None and self.hedge.returned[0] in ready \
                 and self.returned[0] not in ready else (first, self.hedge)
             self._take(won)
-            if self._settled_with(won):
+            if self._settled_with(hedged=True):
                 pool.stragglers.append(other)
                 if won is not first:  # the first replica is slow or stopped: send its next calls elsewhere
                     pool._avoid(first.replica, SUSPECT_SECONDS)
@@ -258,31 +265,24 @@ class Call:
                 pool.lost(won.replica, won.sent)
                 self._take(other)
             return
-        self._settled_with(None)
+        self._settled_with(hedged=False)
 
-    def _settled_with(self, hedged: Attempt | None) -> bool:
-        """Settle the current dispatch; of a hedged call (`hedged`, its winner) whether it settled (False: its
-        replica died, and the other attempt takes over instead of a re-send)."""
+    def _settled_with(self, hedged: bool) -> bool:
+        """Settle the current dispatch; whether it settled (False, only of a `hedged` call: its replica died, and
+        the other attempt takes over instead of a re-send)."""
         pool = self.pool
         pool.in_flight[self.replica] -= 1
-        if hedged:
-            try:
-                self.value, self.done = self.finish(ray.get(self.refs[0])), True
-                pool.answered(self.replica, time.monotonic() - self.sent)
-            except REPLICA_LOST:
-                return False
-            except RayTaskError as exc:
-                self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
-            return True
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
             pool.answered(self.replica, time.monotonic() - self.sent)
-        except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
-            pool.lost(self.replica, self.sent)
-            self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
+            if hedged:
+                return False
             pool.lost(self.replica, self.sent)
-            self._resend(f"replica lost {self.attempts} times ({exc})")
+            if isinstance(exc, ActorUnavailableError):  # restarting (Ray brings it back): no attempt spent
+                self._resend(f"replica unavailable ({exc})", counted=False)
+            else:
+                self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
         return True
@@ -309,6 +309,13 @@ class Call:
         self._resend(f"no answer within {self.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
                      "pools.call_timeout_factor)")
         return True
+
+    def abandon(self) -> None:
+        """Give the call up unanswered (its inputs were lost): free its replicas' slots."""
+        self.pool.in_flight[self.replica] -= 1
+        if self.hedge:
+            self.pool.in_flight[self.hedge.replica] -= 1
+            self.hedge = None
 
     def _send_hedge(self) -> None:
         """Send the call to a second replica too, if one has room (else wait for the deadline as before)."""

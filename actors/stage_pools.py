@@ -106,7 +106,7 @@ class RetrievalCall:
     def _search_again(self) -> None:
         for call in self.searches:
             if not call.done and call.refs:
-                call.pool.in_flight[call.replica] -= 1
+                call.abandon()
         self.searches = self._searches()
 
     def _conclude(self) -> None:
@@ -305,10 +305,11 @@ class ActorPools:
         return self._run("score", self._shared(table), rows, answers)
 
     def generator_throughput(self) -> dict[str, float]:
-        """The generator pool's own batched rate: leaves answered over the busiest replica's answering seconds."""
+        """The generator pool's own batched rate: leaves answered over the busiest replica's answering seconds (of
+        the replicas alive at the end; a restarted one counts from its restart)."""
         reports = self.pools["answer"].broadcast("throughput")
         leaves = sum(r["leaves"] for r in reports)
-        seconds = max(r["seconds"] for r in reports)
+        seconds = max((r["seconds"] for r in reports), default=0.0)
         return {"leaves": leaves, "seconds": seconds, "leaves_per_s": leaves / seconds if seconds > 0 else 0.0}
 
     def redispatched_calls(self) -> dict[str, int]:

@@ -1,23 +1,27 @@
 """Chaos benchmark: distributed training while actor processes are SIGKILLed or SIGSTOPped every N seconds.
 
-Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]`
-from the repository root, with the config's dataset and index built. For each lag, trains
-twice with the same config (a checkpoint every step at lag > 0): once undisturbed, once with
-a killer thread that every `--every` seconds picks one process at random among this run's
-stage actors and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a generator
-or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
+Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]
+[--replicas 1,2]` from the repository root, with the config's dataset and index built. For each
+replica count (of every stage pool and every retrieval shard) and each lag, trains twice with
+the same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer
+thread that every `--every` seconds picks one process at random among this run's stage actors
+and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a
+generator or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
 so the deadline has to find it: the tighter deadline of a replica that has answered since it
 started (`pools.call_timeout_factor` times its pool's slowest recent answer, at least
-`--min-deadline`, `pools.min_call_timeout_s`). Reports steps/s of both runs and their ratio
-(`chaos_over_calm`, target >= 0.8), the faults by kind, the calls re-dispatched and timed
-out, the restores and steps redone, whether the chaos run trained the undisturbed run's
-rollout numbers; writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
+`--min-deadline`, `pools.min_call_timeout_s`); with 2 replicas a hedge (`pools.hedge_factor`)
+usually answers first. Reports steps/s of both runs and their ratio (`chaos_over_calm`, target
+>= 0.8), the faults by kind, the calls re-dispatched, timed out and hedged, the restores and
+steps redone, whether the chaos run trained the undisturbed run's rollout numbers, and where
+each fault's time went (`fault_costs`: detection, restart, load, first answer, calls and
+seconds lost); writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import random
 import signal
@@ -231,8 +235,11 @@ def main() -> None:
     replica_counts = [int(n) for n in args.replicas.split(",")]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [{"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, str(Path(tmp) / f"r{n}"))}
-                for n in replica_counts for lag in args.lags.split(",")]
+        runs = []
+        for n in replica_counts:
+            for lag in args.lags.split(","):
+                runs.append({"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, str(Path(tmp) / f"r{n}"))})
+                print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
     ray.shutdown()
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,

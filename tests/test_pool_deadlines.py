@@ -89,8 +89,9 @@ def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_which_answers
             return x, self.delay
 
     actor_class = ray_session.remote(num_cpus=0, max_restarts=-1)(Echo)
-    pool = ReplicaPool("answer", [actor_class.remote(60.0), actor_class.remote(0.0)], calls_per_replica=2,
-                       retries=3, deadline_s=2.0, hedge_factor=3.0)
+    actors = [actor_class.remote(60.0), actor_class.remote(0.0)]
+    ray_session.get([actor.__ray_ready__.remote() for actor in actors])  # both started: time only the call
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=2.0, hedge_factor=3.0)
     pool.answered(0, 0.05)
     pool.answered(1, 0.05)
     assert pool.hedge_after(0) == pytest.approx(0.15)
@@ -111,3 +112,16 @@ def test_a_pool_of_one_replica_never_hedges():
     pool = ReplicaPool("answer", ["replica 0"], calls_per_replica=2, retries=3, deadline_s=30.0, hedge_factor=3.0)
     pool.answered(0, 0.1)
     assert pool.hedge_after(0) == float("inf")
+
+
+def test_a_broadcast_leaves_out_a_dead_replica_instead_of_failing(ray_session):
+    class Counter:  # defined here, so Ray ships it by value
+        def count(self) -> int:
+            return 1
+
+    actor_class = ray_session.remote(num_cpus=0)(Counter)
+    actors = [actor_class.remote(), actor_class.remote()]
+    ray_session.get(actors[0].__ray_ready__.remote())
+    ray_session.kill(actors[1], no_restart=True)
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
+    assert pool.broadcast("count") == [1]
