@@ -238,7 +238,8 @@ def main() -> None:
         runs = []
         for n in replica_counts:
             for lag in args.lags.split(","):
-                runs.append({"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, str(Path(tmp) / f"r{n}"))})
+                run_dir = str(Path(tmp) / f"replicas_{n}")
+                runs.append({"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, run_dir)})
                 print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
     ray.shutdown()
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
@@ -253,7 +254,8 @@ def main() -> None:
         f"{args.steps} steps per run; {' or '.join(map(str, replica_counts))} replica(s) of every stage pool and of "
         f"every retrieval shard (the table's `replicas`), the same in a calm run and the chaos run it is compared "
         f"with (the learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its "
-        f"pool's median answer is hedged to a second replica, `pools.hedge_factor`); in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
+        f"pool's median answer is hedged to a second replica, `pools.hedge_factor`); in the chaos runs a random "
+        f"actor process SIGKILLed every {args.every:g} s "
         f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
         f"shard SIGSTOPped for "
         f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
@@ -261,7 +263,8 @@ def main() -> None:
         f"lag 0.",
         markdown_table(["replicas", "lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
                         "timed out", "hedged calm / chaos", "restores", "steps redone", "same rollouts"], [
-            [str(r["replicas"]), str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+            [str(r["replicas"]), str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}",
+             f"{r['chaos_over_calm']:.2f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0",
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
              f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
@@ -274,8 +277,8 @@ def main() -> None:
         "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
         "calls lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is "
         "(chaos seconds - calm seconds) / faults, what the run as a whole lost per fault.",
-        markdown_table(["replicas", "lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage", "calls lost",
-                        "work lost", "extra / fault"], [
+        markdown_table(["replicas", "lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage",
+                        "calls lost", "work lost", "extra / fault"], [
             [str(r["replicas"]), str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
                 "detect_s", "restart_s", "load_s", "first_answer_s", "outage_s")), str(c["calls_lost"]),
              f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"] for r in runs for c in r["fault_costs"]]),

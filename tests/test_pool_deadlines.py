@@ -76,7 +76,7 @@ def _until_settled(pool: ReplicaPool, call: Call) -> None:
             call.expire(time.monotonic())
 
 
-def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_which_answers_and_the_straggler_is_killed_at_its_deadline(  # noqa: E501
+def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_and_the_straggler_killed_at_its_deadline(
         ray_session):
     class Echo:  # defined here, so Ray ships it by value (workers cannot import a test module)
         """A replica that answers `echo(x)` with (x, its delay) after `delay` seconds (long: a stopped process)."""
