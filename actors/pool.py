@@ -164,6 +164,11 @@ class ReplicaPool:
         if misses >= MAX_TIMEOUTS_IN_A_ROW:
             self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
 
+    def starting(self, readiness: dict[int, ray.ObjectRef]) -> None:
+        """Replicas still constructing, each with the ref that answers once it is up: out of the pool until then
+        (a replica stopped or slow while loading its model holds up no call; the others serve)."""
+        self.health_checks.update(readiness)
+
     def check_health(self) -> None:
         """Take back every replica out of the pool whose health check answered; re-check the ones it failed."""
         for replica, ref in list(self.health_checks.items()):

@@ -73,6 +73,8 @@ class RetrievalRouter:
     def __init__(self, manifest: Manifest, shard_replicas: list[list]) -> None:
         self.manifest = manifest
         self.shard_replicas = shard_replicas
+        self.loading: list[list] = [[] for _ in shard_replicas]
+        """Per shard, each replica's load check (`launch`): one not yet answered is still loading."""
 
     @property
     def shards(self) -> list:
@@ -81,9 +83,10 @@ class RetrievalRouter:
     @classmethod
     def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0,
                replicas: int = 1) -> RetrievalRouter:
-        """Start `replicas` shard actors per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each).
+        """Start `replicas` shard actors per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each); return
+        once one replica of every shard has loaded it.
 
-        Waits until every shard has loaded, so a missing or corrupt shard file fails here, naming it. A shard
+        A missing or corrupt shard file fails here, naming it (every replica of a shard loads the same file). A shard
         actor Ray restarts (`max_restarts`) reloads its shard in its constructor before it serves again.
         """
         manifest = Manifest.read(index_dir)
@@ -95,8 +98,11 @@ class RetrievalRouter:
                                            max_restarts=max_restarts, max_task_retries=0)
         shard_replicas = [[placement.remote(str(index_dir), entry, cfg) for _ in range(replicas)]
                           for entry in manifest.shards]
-        ray.get([shard.num_docs.remote() for shards in shard_replicas for shard in shards])
-        return cls(manifest, shard_replicas)
+        router = cls(manifest, shard_replicas)
+        router.loading = [[shard.num_docs.remote() for shard in shards] for shards in shard_replicas]
+        for refs in router.loading:  # a shard serves once one replica has loaded it; its others join when loaded
+            ray.get(ray.wait(refs, num_returns=1)[0])
+        return router
 
     @property
     def dim(self) -> int:

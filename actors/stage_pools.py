@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import RayActorError, RayError
 
 from actors.actor_classes import ActorClasses
 from actors.placement import StagePlacement
@@ -172,7 +172,8 @@ class ActorPools:
     @classmethod
     def launch(cls, cfg: Config, classes: ActorClasses = ActorClasses()) -> ActorPools:
         """Place every stage's actors (restartable, CPUs from `pools.actor_num_cpus`, GPUs per section),
-        each made from its class in `classes`."""
+        each made from its class in `classes`; return once one replica of every stage and of every shard is up
+        (the others join their pools as they come up, like replicas back from a health check)."""
         cache, settings = cfg.zoo.cache_dir, cfg.pools
 
         placement = StagePlacement(cfg)
@@ -198,15 +199,18 @@ class ActorPools:
         }
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
                                         replicas=cfg.index.shard_replicas)
-        for stage, actors in groups.items():
-            _wait_started(stage, actors)
-        encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
-        router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
+        readiness = {stage: _wait_started(stage, actors) for stage, actors in groups.items()}
+        encoder = groups["retrieve"][min(set(range(len(groups["retrieve"]))) - set(readiness["retrieve"]))]
+        router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
                   settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
         shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits)
                   for i, replicas in enumerate(router.shard_replicas)]
+        for stage, pool in pools.items():
+            pool.starting(readiness[stage])
+        for pool, loading in zip(shards, router.loading):
+            pool.starting({i: ref for i, ref in enumerate(loading) if not ray.wait([ref], timeout=0)[0]})
         return cls(cfg, pools, shards, router, placement)
 
     # StagePools: what the streaming rollout drives.
@@ -365,14 +369,17 @@ def _refs_of(future) -> list:
     return [future] if isinstance(future, ray.ObjectRef) else ([] if future.done else future.refs)
 
 
-def _wait_started(stage: str, actors: list) -> None:
-    """Fail fast, naming the actor, if one cannot be placed or cannot load its model."""
-    for index, actor in enumerate(actors):
+def _wait_started(stage: str, actors: list) -> dict[int, ray.ObjectRef]:
+    """Wait until one replica of `stage` is up; the others still starting, with their readiness refs (they join
+    their pool when up). Fail fast, naming the actor, if none can be placed or one cannot load its model."""
+    readiness = {actor.__ray_ready__.remote(): index for index, actor in enumerate(actors)}
+    if not ray.wait(list(readiness), num_returns=1, timeout=STARTUP_TIMEOUT_S)[0]:
+        raise RuntimeError(f"{stage}: no replica started within {STARTUP_TIMEOUT_S:.0f} s "
+                           "(not enough free resources to place it? see `mmrag plan`)")
+    up = ray.wait(list(readiness), num_returns=len(readiness), timeout=0)[0]
+    for ref in up:
         try:
-            ray.get(actor.__ray_ready__.remote(), timeout=STARTUP_TIMEOUT_S)
-        except GetTimeoutError:
-            raise RuntimeError(f"{stage} replica {index} did not start within {STARTUP_TIMEOUT_S:.0f} s "
-                               "(not enough free resources to place it? see `mmrag plan`)") from None
+            ray.get(ref)
         except RayActorError as exc:
-            raise RuntimeError(f"{stage} replica {index} failed to start: {exc}") from None
-
+            raise RuntimeError(f"{stage} replica {readiness[ref]} failed to start: {exc}") from None
+    return {index: ref for ref, index in readiness.items() if ref not in up}

@@ -135,17 +135,19 @@ def _continue(pid: int) -> None:
         pass
 
 
-def fault_costs(faults: list[Fault], outages: list[dict]) -> list[dict]:
+def fault_costs(faults: list[Fault], outages: list[dict], within_s: float) -> list[dict]:
     """Each fault's timeline, in seconds from the signal: when its pool noticed (`detect`), when Ray started the
     successor process (`restart`, from the notice for a hang, which the pool's kill ends, from the signal for a
     SIGKILL), when its constructor finished (`load`: imports, model or shard), when the replica answered a call
     again (`first_answer`); and the calls lost with the seconds they had run (work redone). None: not seen (a
-    learner rank has no pool; a replica the run ended before it answered again)."""
+    learner rank has no pool; a replica no call reached before it was back, e.g. one hit while the run was
+    starting; a replica the run ended before it answered again). An outage is a fault's if its pool's name fits
+    and it was noticed within `within_s` of the signal (as long as a SIGSTOP lasts)."""
     costs, unmatched = [], sorted(outages, key=lambda o: o["noticed"])
     for fault in faults:
         prefix = POOL_OF.get(fault.kind)
-        outage = next((o for o in unmatched if prefix and o["pool"].startswith(prefix) and o["noticed"] >= fault.at),
-                      None)
+        outage = next((o for o in unmatched if prefix and o["pool"].startswith(prefix)
+                       and fault.at <= o["noticed"] <= fault.at + within_s), None)
         if outage:
             unmatched.remove(outage)
         noticed = outage["noticed"] if outage else None
@@ -186,7 +188,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
             "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
-            "fault_costs": fault_costs(killer.records, summary["outages"]) if killer else []}
+            "fault_costs": fault_costs(killer.records, summary["outages"], killer.stop_s) if killer else []}
 
 
 def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
