@@ -199,7 +199,7 @@ class ActorPools:
         }
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
                                         replicas=cfg.index.shard_replicas)
-        readiness = {stage: _wait_started(stage, actors) for stage, actors in groups.items()}
+        readiness = {stage: wait_until_one_up(stage, actors) for stage, actors in groups.items()}
         encoder = groups["retrieve"][min(set(range(len(groups["retrieve"]))) - set(readiness["retrieve"]))]
         router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
@@ -369,7 +369,7 @@ def _refs_of(future) -> list:
     return [future] if isinstance(future, ray.ObjectRef) else ([] if future.done else future.refs)
 
 
-def _wait_started(stage: str, actors: list) -> dict[int, ray.ObjectRef]:
+def wait_until_one_up(stage: str, actors: list) -> dict[int, ray.ObjectRef]:
     """Wait until one replica of `stage` is up; the others still starting, with their readiness refs (they join
     their pool when up). Fail fast, naming the actor, if none can be placed or one cannot load its model."""
     readiness = {actor.__ray_ready__.remote(): index for index, actor in enumerate(actors)}

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from actors.pool import SUSPECT_SECONDS, Call, ReplicaPool
+from actors.stage_pools import wait_until_one_up
 
 
 def test_a_replica_that_answered_gets_the_factor_times_the_slowest_recent_answer_and_a_starting_one_the_full_deadline():
@@ -125,3 +126,21 @@ def test_a_broadcast_leaves_out_a_dead_replica_instead_of_failing(ray_session):
     ray_session.kill(actors[1], no_restart=True)
     pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
     assert pool.broadcast("count") == [1]
+
+
+def test_a_stage_starts_once_one_replica_is_up_and_the_one_still_loading_joins_its_pool_when_up(ray_session):
+    class Loading:  # defined here, so Ray ships it by value
+        def __init__(self, seconds: float):
+            time.sleep(seconds)  # loading its model (or stopped while it does)
+
+    actor_class = ray_session.remote(num_cpus=0)(Loading)
+    actors = [actor_class.remote(3.0), actor_class.remote(0.0)]
+    start = time.monotonic()
+    starting = wait_until_one_up("answer", actors)
+    assert time.monotonic() - start < 2.5 and list(starting) == [0], "replica 1 is up; replica 0 still loading"
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
+    pool.starting(starting)
+    assert pool.serving() == [1]
+    ray_session.get(starting[0])
+    pool.check_health()
+    assert pool.serving() == [0, 1]
