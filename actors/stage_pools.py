@@ -200,7 +200,7 @@ class ActorPools:
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
                                         replicas=cfg.index.shard_replicas)
         readiness = {stage: wait_until_one_up(stage, actors) for stage, actors in groups.items()}
-        encoder = groups["retrieve"][min(set(range(len(groups["retrieve"]))) - set(readiness["retrieve"]))]
+        encoder = next(actor for i, actor in enumerate(groups["retrieve"]) if i not in readiness["retrieve"])
         router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
                   settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
