@@ -17,17 +17,29 @@ one that is starting (loading its model) gets `pools.call_timeout_s`. The replic
 (`ray.kill`, so Ray restarts it) and avoided for a period that doubles with each timeout in a
 row, and the call is re-dispatched like a call whose replica died. A replica that times out
 `MAX_TIMEOUTS_IN_A_ROW` times in a row leaves the pool until it answers a health check.
+
+A call still unanswered after `pools.hedge_factor` times the pool's median recent answer is
+hedged: sent once more, to another replica with room, and the first answer wins (calls are
+pure functions of their arguments, seeds included, so either answer is the answer). The
+loser is left to finish as a straggler: the pool waits for it (its replica's slot stays
+taken) until its deadline, then kills its replica as it would any hung one, so a stopped
+replica costs the hedge delay instead of the deadline, and is still found and restarted.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import ActorUnavailableError, ObjectLostError, RayActorError, RayTaskError
+
+from actors.outages import OutageLog
 
 REPLICA_LOST = (RayActorError, ActorUnavailableError, ObjectLostError)
 """Errors that mean the replica (or what it produced) is gone, not that its code failed."""
@@ -45,7 +57,7 @@ RECENT_ANSWERS = 32
 
 class ReplicaPool:
     def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float,
-                 timeout_factor: float = 0.0, min_timeout_s: float = 0.0):
+                 timeout_factor: float = 0.0, min_timeout_s: float = 0.0, hedge_factor: float = 0.0):
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
@@ -54,7 +66,7 @@ class ReplicaPool:
             raise ValueError(f"pools.call_timeout_s: expected > 0, got {deadline_s}")
         self.name, self.actors = name, actors
         self.calls_per_replica, self.retries, self.deadline_s = calls_per_replica, retries, deadline_s
-        self.timeout_factor, self.min_timeout_s = timeout_factor, min_timeout_s
+        self.timeout_factor, self.min_timeout_s, self.hedge_factor = timeout_factor, min_timeout_s, hedge_factor
         self.answer_seconds: deque[float] = deque(maxlen=RECENT_ANSWERS)
         """Dispatch-to-answer seconds of the pool's latest calls."""
         self.started = [False] * len(actors)
@@ -64,8 +76,12 @@ class ReplicaPool:
         self.timeouts_in_a_row = [0] * len(actors)
         self.health_checks: dict[int, ray.ObjectRef] = {}
         """Replicas out of the pool -> their pending health check."""
+        self.stragglers: list[Attempt] = []
+        """Losing attempts of hedged calls, not yet answered: their replicas' slots stay taken until they are."""
         self.redispatched = 0
         self.timed_out = 0
+        self.hedged = 0
+        self.outages = OutageLog(name)
 
     def serving(self) -> list[int]:
         """The replicas in the pool (all of them when every one is out: a call must go somewhere)."""
@@ -75,9 +91,11 @@ class ReplicaPool:
     def has_room(self) -> bool:
         return min(self.in_flight[i] for i in self.serving()) < self.calls_per_replica
 
-    def call(self, method: str, *args: Any, finish: Callable[[Any], Any] = lambda value: value) -> Call:
-        """Start `method(*args)` on the least busy replica (preferring ones that have not just lost a call)."""
-        call = Call(self, method, args, finish)
+    def call(self, method: str, *args: Any, finish: Callable[[Any], Any] = lambda value: value,
+             hedged: bool = True) -> Call:
+        """Start `method(*args)` on the least busy replica (preferring ones that have not just lost a call);
+        `hedged`: whether a slow answer may be hedged (not for a call whose refs others already wait on)."""
+        call = Call(self, method, args, finish, hedged)
         call.dispatch()
         return call
 
@@ -87,15 +105,43 @@ class ReplicaPool:
             return self.deadline_s
         return min(self.deadline_s, max(self.min_timeout_s, self.timeout_factor * max(self.answer_seconds)))
 
+    def hedge_after(self, replica: int) -> float:
+        """Seconds after which a call to `replica` is sent to a second replica too (inf: never; a pool of one, no
+        answers yet, or a replica still starting, whose first call waits for its model)."""
+        if not (self.hedge_factor and self.started[replica] and self.answer_seconds and len(self.serving()) > 1):
+            return math.inf
+        return self.hedge_factor * statistics.median(self.answer_seconds)
+
+    def hedge_replica(self, busy: int) -> int | None:
+        """Where to send a hedge of a call that `busy` holds: the least busy other replica with room that has not
+        just lost a call."""
+        now = time.monotonic()
+        free = [i for i in self.serving() if i != busy and self.suspect_until[i] <= now
+                and self.in_flight[i] < self.calls_per_replica]
+        return min(free, key=lambda i: (self.in_flight[i], i)) if free else None
+
+    def check_stragglers(self, now: float) -> None:
+        """Free the slot of every straggler that answered; count one past its deadline hung (kill its replica)."""
+        for attempt in list(self.stragglers):
+            answered = bool(ray.wait(attempt.returned[:1], timeout=0, fetch_local=False)[0])
+            if answered or now >= attempt.answer_by:
+                self.stragglers.remove(attempt)
+                self.in_flight[attempt.replica] -= 1
+                if not answered:
+                    self.hung(attempt.replica, attempt.sent)
+
     def answered(self, replica: int, seconds: float) -> None:
         self.answer_seconds.append(seconds)
         self.started[replica] = True
         self.timeouts_in_a_row[replica] = 0
+        self.outages.answered(replica)
 
-    def lost(self, replica: int) -> None:
-        """`replica` died or was killed: avoid it for a while; it is starting again (Ray restarts it)."""
+    def lost(self, replica: int, call_sent: float | None = None, cause: str = "died") -> None:
+        """`replica` died or was killed (losing a call sent at `call_sent`): avoid it for a while; it is starting
+        again (Ray restarts it)."""
         self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
+        self.outages.lost(replica, cause, call_sent)
 
     def _avoid(self, replica: int, seconds: float) -> None:
         """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
@@ -106,16 +152,22 @@ class ReplicaPool:
         now = time.monotonic()
         return min(self.serving(), key=lambda i: (self.suspect_until[i] > now, self.in_flight[i], i))
 
-    def hung(self, replica: int) -> None:
-        """`replica` let a call pass its deadline: kill it (Ray restarts it), avoid it, maybe take it out."""
+    def hung(self, replica: int, call_sent: float | None = None) -> None:
+        """`replica` let a call (sent at `call_sent`) pass its deadline: kill it (Ray restarts it), avoid it, maybe
+        take it out."""
         self.timed_out += 1
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
         self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
-        self.lost(replica)
+        self.lost(replica, call_sent, cause="hung")
         ray.kill(self.actors[replica], no_restart=False)
         if misses >= MAX_TIMEOUTS_IN_A_ROW:
             self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
+
+    def starting(self, readiness: dict[int, ray.ObjectRef]) -> None:
+        """Replicas still constructing, each with the ref that answers once it is up: out of the pool until then
+        (a replica stopped or slow while loading its model holds up no call; the others serve)."""
+        self.health_checks.update(readiness)
 
     def check_health(self) -> None:
         """Take back every replica out of the pool whose health check answered; re-check the ones it failed."""
@@ -130,22 +182,49 @@ class ReplicaPool:
                 self.timeouts_in_a_row[replica] = 0
 
     def broadcast(self, method: str, *args: Any) -> list:
-        """`method(*args)` on every replica, blocking; their results."""
-        return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
+        """`method(*args)` on every replica, blocking; the results of those that answered (one dead or restarting,
+        e.g. killed as hung just before, is left out rather than failing a run that has finished its work)."""
+        results = []
+        for ref in [getattr(actor, method).remote(*args) for actor in self.actors]:
+            try:
+                results.append(ray.get(ref))
+            except REPLICA_LOST:
+                continue
+        return results
+
+
+@dataclass
+class Attempt:
+    """One dispatch of a call: to which replica, when, its deadline and its return values' refs."""
+    replica: int
+    sent: float
+    timeout_s: float
+    returned: list
+
+    @property
+    def answer_by(self) -> float:
+        return self.sent + self.timeout_s
 
 
 class Call:
-    """One method call on some replica of a pool: `refs` to wait on, then `settle` reads it."""
+    """One method call on some replica of a pool (and maybe a hedge on another): `refs` to wait on, then `settle`
+    reads it."""
 
-    def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any]):
-        self.pool, self.method, self.args, self.finish = pool, method, args, finish
+    def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any],
+                 hedged: bool = True):
+        self.pool, self.method, self.args, self.finish, self.hedged = pool, method, args, finish, hedged
         self.replica, self.attempts, self.resends = -1, 0, 0
         self.sent = self.timeout_s = self.deadline = 0.0
-        """When `expire` must look at the call: its answer's deadline, or (no refs: backing off) its re-send time."""
+        """When `expire` must look at the call: its hedge time, its answer's deadline, or (no refs: backing off) its
+        re-send time."""
+        self.hedge_at = math.inf
+        self.hedge: Attempt | None = None
+        """The same call sent to a second replica once the first ran past `hedge_at`, until one of them answers."""
         self.counts_next = True
         """Whether the dispatch after the back-off counts as an attempt (a replica that was restarting: no)."""
         self.refs: list = []
-        """What to wait on: the call's first return value (of a method with several, the others are `returned`)."""
+        """What to wait on: the call's first return value (of a method with several, the others are `returned`), and
+        its hedge's."""
         self.returned: list = []
         """Every return value's ref of the latest dispatch."""
         self.value: Any = None
@@ -154,45 +233,106 @@ class Call:
 
     def dispatch(self, counted: bool = True) -> None:
         pool = self.pool
-        self.replica, self.attempts = pool.pick(), self.attempts + counted
-        self.sent = time.monotonic()
-        self.timeout_s = pool.deadline_for(self.replica)
-        self.deadline = self.sent + self.timeout_s
-        returned = getattr(pool.actors[self.replica], self.method).remote(*self.args)
-        self.returned = returned if isinstance(returned, list) else [returned]
-        self.refs = self.returned[:1]
-        pool.in_flight[self.replica] += 1
+        self.attempts += counted
+        self._take(self._send(pool.pick()))
+        self.hedge_at = self.sent + pool.hedge_after(self.replica) if self.hedged else math.inf
+        self.deadline = min(self.sent + self.timeout_s, self.hedge_at)
 
-    def settle(self) -> None:
-        """Read the call once its refs are ready: its value, a re-dispatch if its replica died, or its failure."""
+    def _send(self, replica: int) -> Attempt:
+        pool = self.pool
+        returned = getattr(pool.actors[replica], self.method).remote(*self.args)
+        pool.in_flight[replica] += 1
+        return Attempt(replica, time.monotonic(), pool.deadline_for(replica),
+                       returned if isinstance(returned, list) else [returned])
+
+    def _take(self, attempt: Attempt) -> None:
+        """Make `attempt` the call's one dispatch."""
+        self.replica, self.sent, self.timeout_s, self.returned = (attempt.replica, attempt.sent, attempt.timeout_s,
+                                                                   attempt.returned)
+        self.refs, self.hedge = self.returned[:1], None
+        self.deadline = attempt.answer_by
+
+    def settle(self, ready: set | None = None) -> None:
+        """Read the call once one of its refs is ready (in `ready`; None: the first): its value, a re-dispatch if
+        its replica died, or its failure. Of a hedged call, the attempt that answered first."""
+        pool = self.pool
+        if self.hedge:
+            first = Attempt(self.replica, self.sent, self.timeout_s, self.returned)
+            won, other = (self.hedge, first) if ready is not None and self.hedge.returned[0] in ready \
+                and self.returned[0] not in ready else (first, self.hedge)
+            self._take(won)
+            if self._settled_with(hedged=True):
+                pool.stragglers.append(other)
+                if won is not first:  # the first replica is slow or stopped: send its next calls elsewhere
+                    pool._avoid(first.replica, SUSPECT_SECONDS)
+                    pool.outages.lost(first.replica, "slow", first.sent)
+            else:  # the winner's replica died: the other attempt is the call now
+                pool.lost(won.replica, won.sent)
+                self._take(other)
+            return
+        self._settled_with(hedged=False)
+
+    def _settled_with(self, hedged: bool) -> bool:
+        """Settle the current dispatch; whether it settled (False, only of a `hedged` call: its replica died, and
+        the other attempt takes over instead of a re-send)."""
         pool = self.pool
         pool.in_flight[self.replica] -= 1
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
             pool.answered(self.replica, time.monotonic() - self.sent)
-        except ActorUnavailableError as exc:  # restarting (Ray brings it back): wait for it, no attempt spent
-            pool.lost(self.replica)
-            self._resend(f"replica unavailable ({exc})", counted=False)
         except REPLICA_LOST as exc:
-            pool.lost(self.replica)
-            self._resend(f"replica lost {self.attempts} times ({exc})")
+            if hedged:
+                return False
+            pool.lost(self.replica, self.sent)
+            if isinstance(exc, ActorUnavailableError):  # restarting (Ray brings it back): no attempt spent
+                self._resend(f"replica unavailable ({exc})", counted=False)
+            else:
+                self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
             self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
+        return True
 
     def expire(self, now: float) -> bool:
-        """If the call is past its deadline: count it lost, kill its replica, re-dispatch it; if its back-off is
-        over: dispatch it. Whether it was (re-)dispatched or failed."""
+        """If the call is past its hedge time: hedge it; past its deadline: count it lost, kill its replica,
+        re-dispatch it (or, hedged, leave it to the hedge); if its back-off is over: dispatch it. Whether it was
+        (re-)dispatched or failed (a hedge is neither: the first dispatch may still answer)."""
         if self.done or now < self.deadline:
             return False
         if not self.refs:
             self.dispatch(self.counts_next)
             return True
         pool = self.pool
+        if now < self.sent + self.timeout_s:  # the hedge time came
+            self._send_hedge()
+            return False
         pool.in_flight[self.replica] -= 1
-        pool.hung(self.replica)
+        if self.hedge:
+            pool.hung(self.replica, self.sent)
+            self._take(self.hedge)
+            return False
+        pool.hung(self.replica, self.sent)
         self._resend(f"no answer within {self.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
                      "pools.call_timeout_factor)")
         return True
+
+    def abandon(self) -> None:
+        """Give the call up unanswered (its inputs were lost): free its replicas' slots."""
+        self.pool.in_flight[self.replica] -= 1
+        if self.hedge:
+            self.pool.in_flight[self.hedge.replica] -= 1
+            self.hedge = None
+
+    def _send_hedge(self) -> None:
+        """Send the call to a second replica too, if one has room (else wait for the deadline as before)."""
+        pool, self.hedge_at = self.pool, math.inf
+        self.deadline = self.sent + self.timeout_s
+        replica = pool.hedge_replica(self.replica)
+        if replica is None or self.hedge:
+            return
+        self.hedge = self._send(replica)
+        pool.hedged += 1
+        self.refs = [self.returned[0], self.hedge.returned[0]]
+        self.deadline = min(self.deadline, self.hedge.answer_by)
 
     def _resend(self, failure: str, counted: bool = True) -> None:
         """Send the call again: at once if some replica has not just lost a call, else after a back-off that

@@ -67,17 +67,26 @@ def fetch_hits_rows(roots: list[Node]) -> list[Node]:
 
 
 class RetrievalRouter:
-    """Scatter/gather over the `RetrievalShard` actors of one index."""
+    """Scatter/gather over the `RetrievalShard` actors of one index (`shard_replicas`: each shard's actors; `shards`:
+    the first of each, which `search` asks)."""
 
-    def __init__(self, manifest: Manifest, shards: list) -> None:
+    def __init__(self, manifest: Manifest, shard_replicas: list[list]) -> None:
         self.manifest = manifest
-        self.shards = shards
+        self.shard_replicas = shard_replicas
+        self.loading: list[list] = [[] for _ in shard_replicas]
+        """Per shard, each replica's load check (`launch`): one not yet answered is still loading."""
+
+    @property
+    def shards(self) -> list:
+        return [replicas[0] for replicas in self.shard_replicas]
 
     @classmethod
-    def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0) -> RetrievalRouter:
-        """Start one shard actor per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each).
+    def launch(cls, index_dir: str | Path, cfg: IndexConfig, max_restarts: int = 0,
+               replicas: int = 1) -> RetrievalRouter:
+        """Start `replicas` shard actors per manifest entry (`index.shard_num_cpus` / `shard_num_gpus` each); return
+        once one replica of every shard has loaded it.
 
-        Waits until every shard has loaded, so a missing or corrupt shard file fails here, naming it. A shard
+        A missing or corrupt shard file fails here, naming it (every replica of a shard loads the same file). A shard
         actor Ray restarts (`max_restarts`) reloads its shard in its constructor before it serves again.
         """
         manifest = Manifest.read(index_dir)
@@ -87,9 +96,13 @@ class RetrievalRouter:
                                     f"rebuild the index with `mmrag index --force`")
         placement = RetrievalShard.options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus,
                                            max_restarts=max_restarts, max_task_retries=0)
-        shards = [placement.remote(str(index_dir), entry, cfg) for entry in manifest.shards]
-        ray.get([shard.num_docs.remote() for shard in shards])
-        return cls(manifest, shards)
+        shard_replicas = [[placement.remote(str(index_dir), entry, cfg) for _ in range(replicas)]
+                          for entry in manifest.shards]
+        router = cls(manifest, shard_replicas)
+        router.loading = [[shard.num_docs.remote() for shard in shards] for shards in shard_replicas]
+        for refs in router.loading:  # a shard serves once one replica has loaded it; its others join when loaded
+            ray.get(ray.wait(refs, num_returns=1)[0])
+        return router
 
     @property
     def dim(self) -> int:
@@ -102,6 +115,6 @@ class RetrievalRouter:
         return merge_topk(ray.get([shard.search.remote(queries_ref, k) for shard in self.shards]), k)
 
     def shutdown(self) -> None:
-        for shard in self.shards:
+        for shard in [shard for shards in self.shard_replicas for shard in shards]:
             ray.kill(shard)
-        self.shards = []
+        self.shard_replicas = []

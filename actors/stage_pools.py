@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import RayActorError, RayError
 
 from actors.actor_classes import ActorClasses
 from actors.placement import StagePlacement
@@ -51,7 +51,7 @@ class RetrievalCall:
 
     def __init__(self, encoders: ReplicaPool, shards: list[ReplicaPool], queries: list[str], k: int):
         self.shards, self.k = shards, k
-        self.encode = encoders.call("encode_queries", queries)
+        self.encode = encoders.call("encode_queries", queries, hedged=False)  # the searches wait on its vectors
         self.searches = self._searches()
         self.merge: list = []
         """(doc ids, merged hits) refs of the merge task, once every shard has answered."""
@@ -79,13 +79,13 @@ class RetrievalCall:
     def settle(self, ready: set) -> None:
         if not self.encode.done and _answered(self.encode, ready):
             resends = self.encode.resends
-            self.encode.settle()
+            self.encode.settle(ready)
             if self.encode.resends > resends:  # the encoder died: the searches wait on lost vectors
                 self._search_again()
                 return
         for call in self.searches:
             if not call.done and _answered(call, ready):
-                call.settle()
+                call.settle(ready)
         if self.merge and self.merge[0] in ready:
             self._read_merge()
         self._conclude()
@@ -106,7 +106,7 @@ class RetrievalCall:
     def _search_again(self) -> None:
         for call in self.searches:
             if not call.done and call.refs:
-                call.pool.in_flight[call.replica] -= 1
+                call.abandon()
         self.searches = self._searches()
 
     def _conclude(self) -> None:
@@ -154,7 +154,7 @@ class _SingleCall:
 
     def settle(self, ready: set) -> None:
         if _answered(self.call, ready):
-            self.call.settle()
+            self.call.settle(ready)
 
     def expire(self, now: float) -> None:
         self.call.expire(now)
@@ -172,7 +172,8 @@ class ActorPools:
     @classmethod
     def launch(cls, cfg: Config, classes: ActorClasses = ActorClasses()) -> ActorPools:
         """Place every stage's actors (restartable, CPUs from `pools.actor_num_cpus`, GPUs per section),
-        each made from its class in `classes`."""
+        each made from its class in `classes`; return once one replica of every stage and of every shard is up
+        (the others join their pools as they come up, like replicas back from a health check)."""
         cache, settings = cfg.zoo.cache_dir, cfg.pools
 
         placement = StagePlacement(cfg)
@@ -196,15 +197,20 @@ class ActorPools:
             "score": place(classes.score, cfg.reward.num_replicas, cfg.reward.num_gpus, cfg.reward, cache,
                            stage="score"),
         }
-        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts)
-        for stage, actors in groups.items():
-            _wait_started(stage, actors)
-        encoder_identity = ray.get(groups["retrieve"][0].identity.remote())
-        router.manifest.check_encoder(encoder_identity, ray.get(groups["retrieve"][0].dim.remote()))
+        router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
+                                        replicas=cfg.index.shard_replicas)
+        readiness = {stage: wait_until_one_up(stage, actors) for stage, actors in groups.items()}
+        encoder = next(actor for i, actor in enumerate(groups["retrieve"]) if i not in readiness["retrieve"])
+        router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
-                  settings.call_timeout_factor, settings.min_call_timeout_s)
+                  settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
         pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", [shard], *limits) for i, shard in enumerate(router.shards)]
+        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits)
+                  for i, replicas in enumerate(router.shard_replicas)]
+        for stage, pool in pools.items():
+            pool.starting(readiness[stage])
+        for pool, loading in zip(shards, router.loading):
+            pool.starting({i: ref for i, ref in enumerate(loading) if not ray.wait([ref], timeout=0)[0]})
         return cls(cfg, pools, shards, router, placement)
 
     # StagePools: what the streaming rollout drives.
@@ -237,6 +243,7 @@ class ActorPools:
             wake = [call.deadline for call in calls] + ([until] if until is not None else [])
             if any(pool.health_checks for pool in self._all_pools()):
                 wake.append(time.monotonic() + HEALTH_POLL_S)
+            wake += [attempt.answer_by for pool in self._all_pools() for attempt in pool.stragglers]
             left = None if not wake else max(min(wake) - time.monotonic(), 0.0)
             if refs:
                 ray.wait(refs, num_returns=1, timeout=left, fetch_local=False)
@@ -247,6 +254,7 @@ class ActorPools:
             now = time.monotonic()
             for pool in self._all_pools():
                 pool.check_health()
+                pool.check_stragglers(now)
             done = []
             for future in futures:
                 if isinstance(future, ray.ObjectRef):
@@ -301,19 +309,28 @@ class ActorPools:
         return self._run("score", self._shared(table), rows, answers)
 
     def generator_throughput(self) -> dict[str, float]:
-        """The generator pool's own batched rate: leaves answered over the busiest replica's answering seconds."""
+        """The generator pool's own batched rate: leaves answered over the busiest replica's answering seconds (of
+        the replicas alive at the end; a restarted one counts from its restart)."""
         reports = self.pools["answer"].broadcast("throughput")
         leaves = sum(r["leaves"] for r in reports)
-        seconds = max(r["seconds"] for r in reports)
+        seconds = max((r["seconds"] for r in reports), default=0.0)
         return {"leaves": leaves, "seconds": seconds, "leaves_per_s": leaves / seconds if seconds > 0 else 0.0}
 
     def redispatched_calls(self) -> dict[str, int]:
         """Calls re-dispatched after their replica died or hung past the deadline, per pool."""
         return {pool.name: pool.redispatched for pool in self._all_pools() if pool.redispatched}
 
+    def hedged_calls(self) -> dict[str, int]:
+        """Calls sent to a second replica because the first ran past the pool's hedge time, per pool."""
+        return {pool.name: pool.hedged for pool in self._all_pools() if pool.hedged}
+
     def timed_out_calls(self) -> dict[str, int]:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
+
+    def outages(self) -> list[dict]:
+        """Every replica outage the pools saw (`actors.outages.Outage`), pool by pool."""
+        return [record for pool in self._all_pools() for record in pool.outages.records()]
 
     def _all_pools(self) -> list[ReplicaPool]:
         return [*self.pools.values(), *self.shards]
@@ -345,21 +362,24 @@ _METHODS = {"translate": ("sample", "translator"), "translate_greedy": ("greedy"
 
 
 def _answered(call: Call, ready: set) -> bool:
-    return bool(call.refs) and call.refs[0] in ready
+    return any(ref in ready for ref in call.refs)
 
 
 def _refs_of(future) -> list:
     return [future] if isinstance(future, ray.ObjectRef) else ([] if future.done else future.refs)
 
 
-def _wait_started(stage: str, actors: list) -> None:
-    """Fail fast, naming the actor, if one cannot be placed or cannot load its model."""
-    for index, actor in enumerate(actors):
+def wait_until_one_up(stage: str, actors: list) -> dict[int, ray.ObjectRef]:
+    """Wait until one replica of `stage` is up; the others still starting, with their readiness refs (they join
+    their pool when up). Fail fast, naming the actor, if none can be placed or one cannot load its model."""
+    readiness = {actor.__ray_ready__.remote(): index for index, actor in enumerate(actors)}
+    if not ray.wait(list(readiness), num_returns=1, timeout=STARTUP_TIMEOUT_S)[0]:
+        raise RuntimeError(f"{stage}: no replica started within {STARTUP_TIMEOUT_S:.0f} s "
+                           "(not enough free resources to place it? see `mmrag plan`)")
+    up = ray.wait(list(readiness), num_returns=len(readiness), timeout=0)[0]
+    for ref in up:
         try:
-            ray.get(actor.__ray_ready__.remote(), timeout=STARTUP_TIMEOUT_S)
-        except GetTimeoutError:
-            raise RuntimeError(f"{stage} replica {index} did not start within {STARTUP_TIMEOUT_S:.0f} s "
-                               "(not enough free resources to place it? see `mmrag plan`)") from None
+            ray.get(ref)
         except RayActorError as exc:
-            raise RuntimeError(f"{stage} replica {index} failed to start: {exc}") from None
-
+            raise RuntimeError(f"{stage} replica {readiness[ref]} failed to start: {exc}") from None
+    return {index: ref for ref, index in readiness.items() if ref not in up}

@@ -1,23 +1,27 @@
 """Chaos benchmark: distributed training while actor processes are SIGKILLed or SIGSTOPped every N seconds.
 
-Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]`
-from the repository root, with the config's dataset and index built. For each lag, trains
-twice with the same config (a checkpoint every step at lag > 0): once undisturbed, once with
-a killer thread that every `--every` seconds picks one process at random among this run's
-stage actors and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a generator
-or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
+Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]
+[--replicas 1,2]` from the repository root, with the config's dataset and index built. For each
+replica count (of every stage pool and every retrieval shard) and each lag, trains twice with
+the same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer
+thread that every `--every` seconds picks one process at random among this run's stage actors
+and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a
+generator or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
 so the deadline has to find it: the tighter deadline of a replica that has answered since it
 started (`pools.call_timeout_factor` times its pool's slowest recent answer, at least
-`--min-deadline`, `pools.min_call_timeout_s`). Reports steps/s of both runs and their ratio
-(`chaos_over_calm`, target >= 0.8), the faults by kind, the calls re-dispatched and timed
-out, the restores and steps redone, whether the chaos run trained the undisturbed run's
-rollout numbers; writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
+`--min-deadline`, `pools.min_call_timeout_s`); with 2 replicas a hedge (`pools.hedge_factor`)
+usually answers first. Reports steps/s of both runs and their ratio (`chaos_over_calm`, target
+>= 0.8), the faults by kind, the calls re-dispatched, timed out and hedged, the restores and
+steps redone, whether the chaos run trained the undisturbed run's rollout numbers, and where
+each fault's time went (`fault_costs`: detection, restart, load, first answer, calls and
+seconds lost); writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import random
 import signal
@@ -41,6 +45,11 @@ VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor",
 HANGABLE = ("GeneratorActor", "RetrievalShard")
 """What the killer SIGSTOPs: a wedged generator and a stuck shard are the hangs a cluster sees most."""
 RESULTS_JSON = Path(__file__).with_name("results") / "chaos.json"
+WATCH_POLL_S = 0.1
+"""How often a fault's watcher looks for its victim's successor process (the precision of respawn and load times)."""
+POOL_OF = {"TranslatorActor": "translate", "EncoderActor": "retrieve", "RetrievalShard": "retrieval_shard",
+           "RerankerActor": "rerank", "GeneratorActor": "answer", "RewardActor": "score"}
+"""The pool (name prefix) whose outage a fault of each actor class opens."""
 
 
 def actor_processes() -> dict[int, str]:
@@ -59,12 +68,13 @@ def actor_processes() -> dict[int, str]:
 
 class Killer(threading.Thread):
     """Every `every` seconds, SIGKILL one random actor process, or (every third fault, from the first) SIGSTOP a
-    generator or shard for `stop_s` seconds; counts what it did."""
+    generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
 
     def __init__(self, every: float, seed: int, stop_s: float):
         super().__init__(daemon=True)
         self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
         self.stop, self.faults = threading.Event(), Counter()
+        self.records: list[Fault] = []
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
@@ -74,13 +84,48 @@ class Killer(threading.Thread):
             if not candidates:
                 continue
             pid = self.rng.choice(candidates)
+            at = time.monotonic()
             try:
                 os.kill(pid, signal.SIGSTOP if hang else signal.SIGKILL)
             except ProcessLookupError:
                 continue
-            self.faults[f"{processes[pid]} {'SIGSTOP' if hang else 'SIGKILL'}"] += 1
+            fault = Fault(processes[pid], "SIGSTOP" if hang else "SIGKILL", pid, at, set(processes))
+            self.faults[fault.name] += 1
+            self.records.append(fault)
+            threading.Thread(target=fault.watch, args=(self.stop,), daemon=True).start()
             if hang:
                 threading.Timer(self.stop_s, _continue, args=(pid,)).start()
+
+
+class Fault:
+    """One signal sent, and when its victim's successor appeared and finished its constructor (from the process
+    titles Ray sets: `ray::Class.__init__` while constructing, `ray::Class[.method]` after)."""
+
+    def __init__(self, kind: str, signal_name: str, pid: int, at: float, pids_before: set[int]):
+        self.kind, self.signal, self.pid, self.at, self.pids_before = kind, signal_name, pid, at, pids_before
+        self.respawned: float | None = None
+        self.constructed: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.signal}"
+
+    def watch(self, stop: threading.Event) -> None:
+        """Poll the actor processes until a new one of the victim's class has finished its constructor."""
+        while not stop.wait(WATCH_POLL_S) and self.constructed is None:
+            for process in psutil.Process(os.getpid()).children(recursive=True):
+                if process.pid in self.pids_before:
+                    continue
+                try:
+                    title = " ".join(process.cmdline())
+                except psutil.Error:
+                    continue
+                if title.startswith(f"ray::{self.kind}"):
+                    now = time.monotonic()
+                    self.respawned = self.respawned or now
+                    if not title.startswith(f"ray::{self.kind}.__init__"):
+                        self.constructed = now
+                    break
 
 
 def _continue(pid: int) -> None:
@@ -88,6 +133,46 @@ def _continue(pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
     except ProcessLookupError:  # the deadline killed it, as it should
         pass
+
+
+def fault_costs(faults: list[Fault], outages: list[dict], within_s: float) -> list[dict]:
+    """Each fault's timeline, in seconds from the signal: when its pool noticed (`detect`), when Ray started the
+    successor process (`restart`, from the notice for a hang, which the pool's kill ends, from the signal for a
+    SIGKILL), when its constructor finished (`load`: imports, model or shard), when the replica answered a call
+    again (`first_answer`); and the calls lost with the seconds they had run (work redone). None: not seen (a
+    learner rank has no pool; a replica no call reached before it was back, e.g. one hit while the run was
+    starting; a replica the run ended before it answered again). An outage is a fault's if its pool's name fits
+    and it was noticed within `within_s` of the signal (as long as a SIGSTOP lasts)."""
+    costs, unmatched = [], sorted(outages, key=lambda o: o["noticed"])
+    for fault in faults:
+        prefix = POOL_OF.get(fault.kind)
+        outage = next((o for o in unmatched if prefix and o["pool"].startswith(prefix)
+                       and fault.at <= o["noticed"] <= fault.at + within_s), None)
+        if outage:
+            unmatched.remove(outage)
+        noticed = outage["noticed"] if outage else None
+        restart_from = noticed if fault.signal == "SIGSTOP" else fault.at
+        answered = outage and outage["answered_again"]
+        costs.append({
+            "fault": fault.name,
+            "pool": outage["pool"] if outage else None,
+            "detect_s": _since(fault.at, noticed),
+            "restart_s": _since(restart_from, fault.respawned),
+            "load_s": _since(fault.respawned, fault.constructed),
+            "first_answer_s": _since(fault.constructed, answered),
+            "outage_s": _since(fault.at, answered),
+            "calls_lost": outage["calls_lost"] if outage else 0,
+            "work_lost_s": outage["work_lost_s"] if outage else 0.0,
+        })
+    return costs
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
 
 
 def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
@@ -102,7 +187,8 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     seconds = time.perf_counter() - start
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
-            "timed_out": summary["timed_out_calls"]}
+            "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
+            "fault_costs": fault_costs(killer.records, summary["outages"], killer.stop_s) if killer else []}
 
 
 def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
@@ -113,8 +199,19 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
     chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
     return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
+            "seconds_calm": calm["seconds"], "seconds_chaos": chaos["seconds"],
+            "extra_s_per_fault": (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1),
+            "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
+            "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
             "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
+
+
+def with_replicas(cfg, n: int):
+    """`cfg` with `n` replicas of every stage pool and `n` actors per retrieval shard."""
+    replicas = {"num_replicas": n}
+    return with_sections(cfg, translator=replicas, encoder=replicas, reranker=replicas, generator=replicas,
+                         reward=replicas, index={"shard_replicas": n})
 
 
 def main() -> None:
@@ -128,36 +225,65 @@ def main() -> None:
                              "well under a second)")
     parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
+    parser.add_argument("--replicas", default="2",
+                        help="replicas of every stage pool and of every retrieval shard, in the calm and the chaos "
+                             "runs alike, comma-separated to measure several (default 2: a fault-tolerant "
+                             "deployment's; the learner's ranks are not replicas); the last gives the "
+                             "chaos_over_calm_lag_N keys, each gives chaos_over_calm_lag_N_replicas_R")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
                                                         "mode": "distributed"})
+    replica_counts = [int(n) for n in args.replicas.split(",")]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
-        runs = [measure_lag(cfg, int(lag), args, tmp) for lag in args.lags.split(",")]
+        runs = []
+        for n in replica_counts:
+            for lag in args.lags.split(","):
+                run_dir = str(Path(tmp) / f"replicas_{n}")
+                runs.append({"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, run_dir)})
+                print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
     ray.shutdown()
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,
-               "min_call_timeout_s": args.min_deadline, "runs": runs,
-               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs}}
+               "min_call_timeout_s": args.min_deadline, "hedge_factor": cfg.pools.hedge_factor, "runs": runs,
+               **{f"chaos_over_calm_lag_{r['lag']}_replicas_{r['replicas']}": r["chaos_over_calm"] for r in runs},
+               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs
+                  if r["replicas"] == replica_counts[-1]}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
         f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
-        f"{args.steps} steps per run; in the chaos runs a random actor process SIGKILLed every {args.every:g} s "
+        f"{args.steps} steps per run; {' or '.join(map(str, replica_counts))} replica(s) of every stage pool and of "
+        f"every retrieval shard (the table's `replicas`), the same in a calm run and the chaos run it is compared "
+        f"with (the learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its "
+        f"pool's median answer is hedged to a second replica, `pools.hedge_factor`); in the chaos runs a random "
+        f"actor process SIGKILLed every {args.every:g} s "
         f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
         f"shard SIGSTOPped for "
         f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
         f"that has answered since it started; seed {args.seed}); a checkpoint every step at lag > 0, every 5 at "
         f"lag 0.",
-        markdown_table(["lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
-                        "timed out", "restores", "steps redone", "same rollouts"], [
-            [str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+        markdown_table(["replicas", "lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
+                        "timed out", "hedged calm / chaos", "restores", "steps redone", "same rollouts"], [
+            [str(r["replicas"]), str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}",
+             f"{r['chaos_over_calm']:.2f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0",
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
+             f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
-        "the calm run's speed varies too.",
+        "the calm run's speed varies too. What each fault cost, in seconds from its signal: `detect` until its pool "
+        "noticed (the actor-death error for a SIGKILL, the call deadline for a SIGSTOP), `restart` until Ray "
+        "started the successor process (from the pool's kill for a SIGSTOP), `load` its constructor (imports, "
+        "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
+        "calls lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is "
+        "(chaos seconds - calm seconds) / faults, what the run as a whole lost per fault.",
+        markdown_table(["replicas", "lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage",
+                        "calls lost", "work lost", "extra / fault"], [
+            [str(r["replicas"]), str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
+                "detect_s", "restart_s", "load_s", "first_answer_s", "outage_s")), str(c["calls_lost"]),
+             f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"] for r in runs for c in r["fault_costs"]]),
     ])
     publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 

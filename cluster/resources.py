@@ -46,7 +46,7 @@ def resource_plan(cfg: Config) -> list[ActorGroup]:
     return [
         ActorGroup("translator", cfg.translator.num_replicas, actor_cpus, cfg.translator.num_gpus),
         ActorGroup("encoder", cfg.encoder.num_replicas, actor_cpus, cfg.encoder.num_gpus),
-        ActorGroup("retrieval_shards", cfg.index.num_shards, cfg.index.shard_num_cpus, cfg.index.shard_num_gpus),
+        ActorGroup("retrieval_shards", cfg.index.num_shards * cfg.index.shard_replicas, cfg.index.shard_num_cpus, cfg.index.shard_num_gpus),
         ActorGroup("reranker", cfg.reranker.num_replicas, actor_cpus, cfg.reranker.num_gpus),
         ActorGroup("generator_pool", cfg.generator.num_replicas, actor_cpus, cfg.generator.num_gpus),
         ActorGroup("reward_pool", cfg.reward.num_replicas, actor_cpus, cfg.reward.num_gpus),

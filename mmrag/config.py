@@ -93,6 +93,9 @@ class IndexConfig:
     """Candidates returned by the router for each query."""
     shard_num_cpus: float = 0.5
     """CPUs reserved by each RetrievalShard actor."""
+    shard_replicas: int = 1
+    """RetrievalShard actors per shard in distributed training, each loading the whole shard: with 2, a shard's
+    searches go to the sibling while Ray restarts a dead or hung one."""
     shard_num_gpus: float = 0.0
     """GPUs for each RetrievalShard actor (fractions allowed); with use_gpu its index moves to GPU FAISS."""
     pq_m: int = 16
@@ -381,6 +384,10 @@ class PoolsConfig:
     seconds, not minutes); 0: always `call_timeout_s`. A replica that is starting gets `call_timeout_s`."""
     min_call_timeout_s: float = 5.0
     """Floor of the tighter deadline (`call_timeout_factor`)."""
+    hedge_factor: float = 3.0
+    """A call unanswered after this many times its pool's median recent answer is sent to a second replica too
+    (one with room that has not just lost a call); the first answer wins, the slower replica is left to its
+    deadline. 0: never. Needs 2 or more replicas (a pool of one never hedges)."""
 
 
 @dataclass

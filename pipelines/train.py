@@ -61,6 +61,8 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
         summary["generator_throughput"] = pools.generator_throughput()
         summary["redispatched_calls"] = pools.redispatched_calls()
         summary["timed_out_calls"] = pools.timed_out_calls()
+        summary["hedged_calls"] = pools.hedged_calls()
+        summary["outages"] = pools.outages()
         return summary
 
 

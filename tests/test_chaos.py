@@ -193,10 +193,11 @@ def test_at_lag_2_killed_actors_and_a_rank_lost_in_save_the_run_trains_the_unint
 @pytest.mark.slow
 def test_at_lag_2_a_generator_hung_past_its_deadline_is_killed_and_its_call_resent_without_busy_waiting(
         ray_session, tiny_config, tmp_path):
-    """Alone, so that no learner restore discards the hung call before its deadline."""
+    """Alone, so that no learner restore discards the hung call before its deadline; not hedged (a hedge to the
+    sibling would answer first: tests/test_pool_deadlines.py), so the deadline has to find it."""
     deadline_s = 8.0  # tiny calls take well under a second
     cfg = tiny_config(tmp_path, "generator.num_replicas=2", "train.max_policy_lag=2", "train.checkpoint_every=1",
-                      f"train.steps={STEPS}", f"pools.call_timeout_s={deadline_s}")
+                      f"train.steps={STEPS}", f"pools.call_timeout_s={deadline_s}", "pools.hedge_factor=0")
     pools = ChaosPools.launch(cfg)
     learner = LearnerGroup(cfg)
     try:

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from actors.pool import SUSPECT_SECONDS, ReplicaPool
+from actors.pool import SUSPECT_SECONDS, Call, ReplicaPool
+from actors.stage_pools import wait_until_one_up
 
 
 def test_a_replica_that_answered_gets_the_factor_times_the_slowest_recent_answer_and_a_starting_one_the_full_deadline():
@@ -48,3 +49,98 @@ def test_a_replica_hung_twice_in_a_row_stays_avoided_twice_as_long_even_when_its
     assert pool.suspect_until[0] == pytest.approx(start + 2 * SUSPECT_SECONDS, abs=1.0), \
         "the second timeout in a row doubles the suspension; a loss reported after it must not shorten it"
     assert 0 in pool.health_checks and pool.pick() == 1
+
+
+def test_an_outage_spans_the_first_lost_call_to_the_replicas_next_answer_and_counts_every_call_lost_in_it():
+    pool = ReplicaPool("answer", ["replica 0", "replica 1"], calls_per_replica=2, retries=3, deadline_s=30.0)
+    now = time.monotonic()
+    pool.lost(0, call_sent=now - 1.0)
+    pool.lost(0, call_sent=now - 0.5)  # the call queued behind it fails too: the same outage
+    pool.answered(1, 0.1)
+    assert pool.outages.closed == [], "a sibling's answer does not end replica 0's outage"
+    pool.answered(0, 0.1)
+    (outage,) = pool.outages.records()
+    assert (outage["pool"], outage["replica"], outage["cause"], outage["calls_lost"]) == ("answer", 0, "died", 2)
+    assert outage["work_lost_s"] == pytest.approx(1.5, abs=0.1)
+    assert now <= outage["noticed"] <= outage["answered_again"]
+
+
+def _until_settled(pool: ReplicaPool, call: Call) -> None:
+    """Drive `call` as `ActorPools.wait` does: wait until a ref is ready or its next deadline, settle or expire."""
+    import ray
+
+    while not call.done:
+        ready = set(ray.wait(call.refs, timeout=max(call.deadline - time.monotonic(), 0.0), fetch_local=False)[0])
+        if ready:
+            call.settle(ready)
+        else:
+            call.expire(time.monotonic())
+
+
+def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_and_the_straggler_killed_at_its_deadline(
+        ray_session):
+    class Echo:  # defined here, so Ray ships it by value (workers cannot import a test module)
+        """A replica that answers `echo(x)` with (x, its delay) after `delay` seconds (long: a stopped process)."""
+
+        def __init__(self, delay: float):
+            self.delay = delay
+
+        def echo(self, x: int) -> tuple[int, float]:
+            time.sleep(self.delay)
+            return x, self.delay
+
+    actor_class = ray_session.remote(num_cpus=0, max_restarts=-1)(Echo)
+    actors = [actor_class.remote(60.0), actor_class.remote(0.0)]
+    ray_session.get([actor.__ray_ready__.remote() for actor in actors])  # both started: time only the call
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=2.0, hedge_factor=3.0)
+    pool.answered(0, 0.05)
+    pool.answered(1, 0.05)
+    assert pool.hedge_after(0) == pytest.approx(0.15)
+    start = time.monotonic()
+    call = pool.call("echo", 7)
+    _until_settled(pool, call)
+    assert call.value == (7, 0.0), f"the sibling's answer ({call.error})"
+    assert time.monotonic() - start < 1.5, "hedged after 0.15 s, not after the 2 s deadline"
+    assert (pool.hedged, pool.timed_out, pool.in_flight) == (1, 0, [1, 0]), "replica 0's slot held by the straggler"
+    assert pool.pick() == 1, "the slow replica is avoided"
+    time.sleep(max(start + 2.1 - time.monotonic(), 0.0))
+    pool.check_stragglers(time.monotonic())
+    assert (pool.timed_out, pool.in_flight, pool.stragglers) == (1, [0, 0], []), \
+        "past its deadline the straggler counts hung: its replica killed (Ray restarts it), its slot freed"
+
+
+def test_a_pool_of_one_replica_never_hedges():
+    pool = ReplicaPool("answer", ["replica 0"], calls_per_replica=2, retries=3, deadline_s=30.0, hedge_factor=3.0)
+    pool.answered(0, 0.1)
+    assert pool.hedge_after(0) == float("inf")
+
+
+def test_a_broadcast_leaves_out_a_dead_replica_instead_of_failing(ray_session):
+    class Counter:  # defined here, so Ray ships it by value
+        def count(self) -> int:
+            return 1
+
+    actor_class = ray_session.remote(num_cpus=0)(Counter)
+    actors = [actor_class.remote(), actor_class.remote()]
+    ray_session.get(actors[0].__ray_ready__.remote())
+    ray_session.kill(actors[1], no_restart=True)
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
+    assert pool.broadcast("count") == [1]
+
+
+def test_a_stage_starts_once_one_replica_is_up_and_the_one_still_loading_joins_its_pool_when_up(ray_session):
+    class Loading:  # defined here, so Ray ships it by value
+        def __init__(self, seconds: float):
+            time.sleep(seconds)  # loading its model (or stopped while it does)
+
+    actor_class = ray_session.remote(num_cpus=0)(Loading)
+    actors = [actor_class.remote(3.0), actor_class.remote(0.0)]
+    start = time.monotonic()
+    starting = wait_until_one_up("answer", actors)
+    assert time.monotonic() - start < 2.5 and list(starting) == [0], "replica 1 is up; replica 0 still loading"
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
+    pool.starting(starting)
+    assert pool.serving() == [1]
+    ray_session.get(starting[0])
+    pool.check_health()
+    assert pool.serving() == [0, 1]

@@ -350,6 +350,22 @@ def test_a_bookkeeping_bug_fails_the_runs_own_ledger_check(mutation, pipeline, t
         train(cfg, InlinePools(pipeline), CountingLearner(polls=2, fail_at=4), progress=False)
 
 
+def test_a_rank_lost_in_the_initial_evaluations_export_restores_the_initial_weights_and_the_run_goes_on(
+        pipeline, tiny_config, tmp_path):
+    class LosingTheFirstExport(CountingLearner):
+        def export(self, directory) -> None:
+            self.exports = getattr(self, "exports", 0) + 1
+            if self.exports == 1:
+                raise LearnerFailed("rank 0 died during export")
+            super().export(directory)
+
+    learner = LosingTheFirstExport()
+    summary = train(tiny_config(tmp_path, "train.export=best_val", "train.steps=2"), InlinePools(pipeline), learner,
+                    progress=False)
+    assert learner.restored_from == [None], "nothing saved yet: the initial weights"
+    assert (len(learner.updates), summary["ledger"]["restores"]["rank_lost"]) == (2, 1)
+
+
 def test_a_learner_failing_at_every_try_stops_the_run_naming_the_failure(pipeline, tiny_config, tmp_path):
     class AlwaysFailing(CountingLearner):
         def start_update(self, roots):

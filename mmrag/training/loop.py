@@ -127,9 +127,6 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     pools.stages.install(run.stamped(learner.weights()))
     metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir))
     try:
-        if 0 not in run.evaluations:
-            run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
-            _export_if_best(run, learner)
         preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
@@ -143,13 +140,18 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
 
 def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: RolloutStream, metrics: MetricsLog,
           held_out: list[Question], run_dir: Path, progress: bool, stop: threading.Event | None) -> bool:
-    """Steps, then the export; a learner failure in any of its calls (update, publishing, save, export, the
-    rebuild itself) restores it and goes on from the restored step. Whether `stop` ended it early."""
+    """The initial evaluation, steps, then the export; a learner failure in any of its calls (update, publishing,
+    save, export, the rebuild itself) restores it and goes on from the restored step, exporting that step first if
+    its export was cut short. Whether `stop` ended it early."""
     cfg = run.cfg
     bar = tqdm(total=cfg.train.steps, initial=run.step, desc=f"train ({cfg.train.mode})", disable=not progress)
     last_end = time.perf_counter()
     while True:
         try:
+            if 0 not in run.evaluations:
+                run.evaluations[0] = _evaluate(pools, held_out, metrics, 0, cfg.trackers.rollout_samples)
+            if run.step in run.evaluations and run.exported_step != run.step:
+                _export_if_best(run, learner)
             if run.step == cfg.train.steps:
                 if cfg.train.export == "last":
                     _export(run, learner)
