@@ -164,7 +164,7 @@ class RerankerConfig:
     """Checkpoint of that backbone (tag, path or `zoo:NAME`)."""
     backbone: Literal["frozen", "lora"] = "frozen"
     """Keep the CLIP backbone frozen, or tune LoRA adapters on it."""
-    head: Literal["mlp", "cross_attention"] = "mlp"
+    head: Literal["similarity", "mlp", "cross_attention"] = "mlp"
     """Trainable scoring head over query and document features."""
     hidden_dim: int = 128
     """Width of the head."""
