@@ -164,8 +164,11 @@ class RerankerConfig:
     """Checkpoint of that backbone (tag, path or `zoo:NAME`)."""
     backbone: Literal["frozen", "lora"] = "frozen"
     """Keep the CLIP backbone frozen, or tune LoRA adapters on it."""
-    head: Literal["similarity", "mlp", "cross_attention"] = "mlp"
-    """Trainable scoring head over query and document features."""
+    head: Literal["similarity", "mlp", "cross_attention"] = "similarity"
+    """Trainable scoring head. `similarity` (`mmrag.models.similarity_head`) reads only relations (query-document
+    similarities, score gap, rank, redundancy) and the question text, and its STOP scorer reads the question
+    text alone; `mlp` and `cross_attention` read the raw CLIP vectors (they memorise entities) and their STOP
+    scorer is linear in the three query vectors."""
     hidden_dim: int = 128
     """Width of the head."""
     score_temperature: float = 0.05

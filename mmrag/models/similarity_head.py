@@ -6,7 +6,9 @@ from entity-agnostic inputs only:
 
 * the cosine similarity of each query-side vector (question image, question text, translated query) with the
   document's text, image and fused vectors, and each of those minus its best value in the candidate list;
-* a learned low-rank bilinear match of the question text with the document text (which relation it states);
+* a learned low-rank (16) bilinear match of the question text with the document text (which relation it states;
+  the one input that projects a document vector, so the one that could memorise; without it the gold-label
+  top-1 on val was 0.318 instead of 0.386);
 * the retrieval score's gap to the top score, the rank (one-hot, capped), whether the document has an image;
 * redundancy: its highest text and fused similarity to a higher-ranked candidate (near-duplicates);
 
@@ -19,11 +21,13 @@ untrained reranker ranks like the retriever and keeps its top 2.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmrag.models.reranker_head import QUERY_TOKENS, CandidateFeatures, score_output_layer
+from mmrag.models.reranker_head import CandidateFeatures, score_output_layer
 
 SIMILARITY_SCALE = 10.0
 """Cosine similarities and score gaps are multiplied by this: tiny-clip's differences between candidates are a
@@ -35,15 +39,32 @@ RANK_BINS = 8
 RELATION_RANK = 16
 """Dimensions of the learned question-document text match."""
 
-DEMAND_DIM = 16
+KIND_DIM = 16
 """Size of the question-text embedding that conditions the candidate scorer."""
 
-SIMILARITIES = 3 * QUERY_TOKENS
-"""Query-side vector x (document text, image, fused) cosine similarities."""
+QUERY_SIDE = ("question_image", "question", "query")
+DOC_SIDE = ("text", "image", "fused")
+SIMILARITY_NAMES = tuple(f"{q}~{d}" for q in QUERY_SIDE for d in DOC_SIDE)
+"""Cosine similarity of each query-side vector with each of the document's vectors, in `relational_features`
+order (query-side major)."""
 
-CANDIDATE_FEATURES = 2 * SIMILARITIES + 1 + 1 + RANK_BINS + 2 + 2 + RELATION_RANK
-"""Per candidate: similarities, the same minus their list maximum, has-image, score gap, rank, redundancy,
-kinship with the pictured candidates, relation match."""
+FEATURE_NAMES = (*SIMILARITY_NAMES, *(f"{name}-best" for name in SIMILARITY_NAMES), "has_image", "score-top",
+                 *(f"rank{r}" for r in range(RANK_BINS)), "redundancy_text", "redundancy_fused")
+"""The fixed inputs per candidate, in order (`X-best`: X minus its maximum over the candidate list)."""
+
+CANDIDATE_FEATURES = len(FEATURE_NAMES) + RELATION_RANK
+"""Per candidate: the fixed inputs and the learned relation match."""
+
+
+def demand(features: CandidateFeatures) -> torch.Tensor:
+    """[B, D]: the question text's unit vector times sqrt(D), coordinates of about unit size: what STOP reads. At
+    unit norm the STOP MLP's hidden units start near 0.05, an Adam step at lr 3e-3 moved STOP by about 0.02
+    logits, and in 60 steps STOP learned only a shared "keep more" (visual questions kept 2.7-2.9 on val); at
+    this scale it learned to keep 0.4-1.3 on visual questions and 2.8 on fact questions (docs/LEARNING.md). The
+    candidate scorer's kind embedding reads the unit vector: at this scale it fitted train better and val
+    worse (gold-label top-1 on val 0.365 against 0.386)."""
+    question = features.query[:, 1]
+    return question * math.sqrt(question.shape[-1])
 
 
 def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -63,22 +84,8 @@ def redundancy(vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(best), best, torch.zeros_like(best))
 
 
-def kinship(features: CandidateFeatures, mask: torch.Tensor) -> torch.Tensor:
-    """[B, K, 2]: each candidate's text similarity to the candidates whose image looks like the question image
-    (softmax-weighted by that likeness, among those with an image), and that weighted similarity minus its
-    list maximum. A KB states an entity's facts in passages without a picture; the passages of the pictured
-    entity name it as its pictured passage does, so this carries the picture's match over to them."""
-    has_image = features.has_image & mask
-    likeness = torch.einsum("bd,bkd->bk", features.query[:, 0], features.doc_image) * SIMILARITY_SCALE * 5
-    weights = torch.softmax(likeness.masked_fill(~has_image, float("-inf")), dim=1)
-    weights = torch.nan_to_num(weights) * has_image  # a row without any pictured candidate weighs nothing
-    text_similarity = features.doc_text @ features.doc_text.transpose(1, 2)  # [B, K, K]
-    kin = torch.einsum("bki,bi->bk", text_similarity, weights).unsqueeze(-1) * SIMILARITY_SCALE
-    return torch.cat([kin, kin - masked_max(kin, mask)], dim=-1)
-
-
 def relational_features(features: CandidateFeatures) -> torch.Tensor:
-    """[B, K, CANDIDATE_FEATURES - RELATION_RANK]: every fixed entity-agnostic input of candidate j."""
+    """[B, K, len(FEATURE_NAMES)]: every fixed entity-agnostic input of candidate j (zeros at padding)."""
     mask = features.mask
     doc_vectors = torch.stack([features.doc_text, features.doc_image, features.docs], dim=2)  # [B, K, 3, D]
     similarities = torch.einsum("bqd,bkvd->bkqv", features.query, doc_vectors).flatten(2) * SIMILARITY_SCALE
@@ -89,8 +96,7 @@ def relational_features(features: CandidateFeatures) -> torch.Tensor:
     rank_one_hot = F.one_hot(rank, RANK_BINS).to(similarities.dtype).expand(mask.shape[0], -1, -1)
     repeated = torch.stack([redundancy(features.doc_text, mask), redundancy(features.docs, mask)], dim=-1)
     has_image = features.has_image.unsqueeze(-1).to(similarities.dtype)
-    inputs = torch.cat([similarities, relative, has_image, gap, rank_one_hot, repeated * SIMILARITY_SCALE,
-                        kinship(features, mask)], dim=-1)
+    inputs = torch.cat([similarities, relative, has_image, gap, rank_one_hot, repeated * SIMILARITY_SCALE], dim=-1)
     return inputs * mask.unsqueeze(-1)
 
 
@@ -101,9 +107,9 @@ class SimilarityScoringHead(nn.Module):
         super().__init__()
         self.question_relation = nn.Linear(feature_dim, RELATION_RANK, bias=False)
         self.doc_relation = nn.Linear(feature_dim, RELATION_RANK, bias=False)
-        self.demand = nn.Sequential(nn.Linear(feature_dim, DEMAND_DIM), nn.GELU())
+        self.kind_embedding = nn.Sequential(nn.Linear(feature_dim, KIND_DIM), nn.GELU())
         self.mlp = nn.Sequential(
-            nn.Linear(CANDIDATE_FEATURES + DEMAND_DIM, hidden_dim),
+            nn.Linear(CANDIDATE_FEATURES + KIND_DIM, hidden_dim),
             nn.GELU(),
             nn.Linear(hidden_dim, hidden_dim),
             nn.GELU(),
@@ -113,13 +119,15 @@ class SimilarityScoringHead(nn.Module):
 
     @staticmethod
     def stop_inputs(features: CandidateFeatures) -> torch.Tensor:
-        """[B, D]: the question text's vector (the kind of demand), all STOP reads besides its anchor."""
-        return features.query[:, 1]
+        """[B, D]: the question text's `demand` vector, all STOP reads besides its anchor."""
+        return demand(features)
 
     def forward(self, features: CandidateFeatures) -> torch.Tensor:
         """-> score correction [B, K]."""
+        if features.mask.shape[1] == 0:  # no row has a candidate: nothing to score (and no maximum to take)
+            return features.retrieval_scores.new_zeros(features.mask.shape)
         question = features.query[:, 1]
         match = self.question_relation(question).unsqueeze(1) * self.doc_relation(features.doc_text)
-        demand = self.demand(question).unsqueeze(1).expand(-1, features.mask.shape[1], -1)
-        inputs = torch.cat([relational_features(features), match, demand], dim=-1)
+        kind = self.kind_embedding(question).unsqueeze(1).expand(-1, features.mask.shape[1], -1)
+        inputs = torch.cat([relational_features(features), match, kind], dim=-1)
         return self.mlp(inputs).squeeze(-1)
