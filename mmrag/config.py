@@ -167,8 +167,11 @@ class RerankerConfig:
     """Checkpoint of that backbone (tag, path or `zoo:NAME`)."""
     backbone: Literal["frozen", "lora"] = "frozen"
     """Keep the CLIP backbone frozen, or tune LoRA adapters on it."""
-    head: Literal["mlp", "cross_attention"] = "mlp"
-    """Trainable scoring head over query and document features."""
+    head: Literal["similarity", "mlp", "cross_attention"] = "similarity"
+    """Trainable scoring head. `similarity` (`mmrag.models.similarity_head`) reads only relations (query-document
+    similarities, score gap, rank, redundancy) and the question text, and its STOP scorer reads the question
+    text alone; `mlp` and `cross_attention` read the raw CLIP vectors (they memorise entities) and their STOP
+    scorer is linear in the three query vectors."""
     hidden_dim: int = 128
     """Width of the head."""
     score_temperature: float = 0.05
@@ -183,9 +186,11 @@ class RerankerConfig:
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0
     """Plackett-Luce sampling temperature during training."""
-    lr: float = 3e-3
-    """Learning rate. On world v2 retrieval order is poor (gold in the top 2 for 43 % of one-fact questions) and
-    3e-3 learned within 150 steps what 3e-4 had not moved in 30; 1e-2 peaked no higher and declined (docs/LEARNING.md).
+    lr: float = 6e-3
+    """Learning rate. With the similarity head on world v2 (60 steps, 2 seeds, 320 val questions): 6e-3 reached
+    val 0.494 / 0.481 and learned to keep nothing on visual questions (0.14 / 0.00 kept), 3e-3 0.487 / 0.459
+    (0.84 / 1.77 kept); 1e-2 (an earlier variant of the head) 0.497 / 0.466, one seed collapsed to keeping 3
+    everywhere (docs/LEARNING.md).
     On world v1 3e-3 overrode a good retrieval order within 50 steps (val 0.695 -> 0.562): its preset keeps 3e-4."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""

@@ -4,12 +4,12 @@ Sits between retrieval and the generator. For each (question image, question, tr
 query) and its K retrieved candidates it computes Plackett-Luce logits [K + 1] (STOP last):
 
     candidate j:  retrieval_score_j / score_temperature + head(features)_j
-    STOP:         anchor(candidate logits) + stop_scorer(query features)
+    STOP:         anchor(candidate logits) + stop_scorer(head.stop_inputs(features))
 
 over features from an open_clip backbone (`ClipEncoder`): the question image, the question
-and query texts, and each document (its text vector, fused with its image vector by
-normalised mean when it has one, as the index does). The head's and the STOP scorer's
-output layers start at zero, so an untrained reranker ranks like the retriever.
+and query texts, and each document's text and image vectors (`CandidateFeatures`). The
+head's and the STOP scorer's output layers start at zero, so an untrained reranker ranks
+like the retriever.
 
 The STOP anchor (our choice, see `mmrag.models.reranker_head.stop_anchor`) is the midpoint
 between the 2nd- and 3rd-highest candidate logits: greedy decoding of an untrained reranker
@@ -30,14 +30,14 @@ from dataclasses import dataclass, fields
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
 from mmrag.config import RerankerConfig
 from mmrag.data.dataset import decode_image
 from mmrag.models.clip_encoder import ClipEncoder
-from mmrag.models.reranker_head import StopScorer, build_scoring_head
+from mmrag.models.reranker_head import CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, StopScorer
+from mmrag.models.similarity_head import SimilarityScoringHead
 from mmrag.rl.plackett_luce import Selection, greedy_selection, sample_selections, selection_logprobs
 
 TEXT_TOWER_MLP = r"(text\.)?transformer\.resblocks\.\d+\.mlp\.(c_fc|c_proj)"
@@ -126,8 +126,8 @@ class AdaptiveReranker(nn.Module):
             _add_text_tower_lora(self.backbone, cfg)
         self.max_docs = cfg.max_docs
         self.score_temperature = cfg.score_temperature
-        self.head = build_scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
-        self.stop_scorer = StopScorer(encoder.dim)
+        self.head = scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
+        self.stop_scorer = StopScorer(self.head.stop_input_dim, self.head.stop_hidden_dim)
         self.to(encoder.device)
 
     @classmethod
@@ -182,13 +182,17 @@ class AdaptiveReranker(nn.Module):
 
     def logits(self, batch: RerankBatch) -> torch.Tensor:
         """[B, K + 1] Plackett-Luce logits, STOP last, -inf at padded candidates."""
-        texts = self._text_features(batch)
-        query = torch.stack([batch.image_features[:, 0], texts[:, 0], texts[:, 1]], dim=1)
-        docs = F.normalize(texts[:, 2:] + batch.image_features[:, 1:], dim=-1)
-        candidate = batch.retrieval_scores / self.score_temperature + self.head(query, docs)
-        stop = self.stop_scorer(query, candidate, batch.mask)
+        features = self.candidate_features(batch)
+        candidate = batch.retrieval_scores / self.score_temperature + self.head(features)
+        stop = self.stop_scorer(self.head.stop_inputs(features), candidate, batch.mask)
         candidate = candidate.masked_fill(~batch.mask, float("-inf"))
         return torch.cat([candidate, stop.unsqueeze(1)], dim=1)
+
+    def candidate_features(self, batch: RerankBatch) -> CandidateFeatures:
+        """What the head reads of a batch (text vectors re-encoded with gradients under a LoRA backbone)."""
+        texts = self._text_features(batch)
+        query = torch.stack([batch.image_features[:, 0], texts[:, 0], texts[:, 1]], dim=1)
+        return CandidateFeatures(query, texts[:, 2:], batch.image_features[:, 1:], batch.retrieval_scores, batch.mask)
 
     @torch.no_grad()
     def sample(self, batch: RerankBatch, m: int, temperature: float = 1.0,
@@ -257,6 +261,17 @@ class AdaptiveReranker(nn.Module):
                     raise ValueError(f"reranker weights: {name} has shape {tuple(state[name].shape)}, "
                                      f"expected {tuple(param.shape)}")
                 param.copy_(state[name])
+
+
+def scoring_head(kind: str, feature_dim: int, hidden_dim: int) -> nn.Module:
+    """The head named by `reranker.head`."""
+    if kind == "similarity":
+        return SimilarityScoringHead(feature_dim, hidden_dim)
+    if kind == "mlp":
+        return MlpScoringHead(feature_dim, hidden_dim)
+    if kind == "cross_attention":
+        return CrossAttentionScoringHead(feature_dim, hidden_dim)
+    raise ValueError(f"reranker.head: expected one of ['similarity', 'mlp', 'cross_attention'], got {kind!r}")
 
 
 def _add_text_tower_lora(backbone: nn.Module, cfg: RerankerConfig) -> None:

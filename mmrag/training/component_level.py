@@ -86,18 +86,29 @@ def candidate_logits(pipeline: LocalPipeline, questions: list[Question], queries
     return reranker.logits(batch)[:, :-1], batch.mask
 
 
+def gold_candidates(questions: list[Question], hits: list[list[Hit]], num_slots: int) -> torch.Tensor:
+    """[B, K] bool: which candidates are gold passages of their question."""
+    gold = torch.zeros(len(questions), num_slots, dtype=torch.bool)
+    for i, (question, row) in enumerate(zip(questions, hits)):
+        for j, hit in enumerate(row):
+            gold[i, j] = hit.doc_id in question.gold_doc_ids
+    return gold
+
+
+def gold_classifier_loss(logits: torch.Tensor, mask: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """Softmax classifier over each row's candidates (logits, mask, gold [B, K]): mean -log p(gold candidate) over
+    every gold candidate (zero, with a gradient path, when there is none)."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    if not gold.any():
+        return log_p[mask].sum() * 0.0
+    return -log_p[gold].mean()
+
+
 def reranker_loss(pipeline: LocalPipeline, questions: list[Question], queries: list[str],
                   hits: list[list[Hit]]) -> torch.Tensor:
-    """Softmax classifier over each question's candidates: mean -log p(gold candidate), over the rows with a
-    gold passage among their candidates (zero, with a gradient path, when none has)."""
+    """The gold classifier loss of the reranker's candidate logits for these questions' candidates."""
     logits, mask = candidate_logits(pipeline, questions, queries, hits)
-    log_p = torch.log_softmax(logits, dim=-1)
-    gold = [(i, j) for i, (q, row) in enumerate(zip(questions, hits)) for j, hit in enumerate(row)
-            if hit.doc_id in q.gold_doc_ids]
-    if not gold:
-        return log_p[mask].sum() * 0.0
-    rows, columns = zip(*gold)
-    return -log_p[list(rows), list(columns)].mean()
+    return gold_classifier_loss(logits, mask, gold_candidates(questions, hits, mask.shape[1]).to(mask.device))
 
 
 @torch.no_grad()
@@ -128,10 +139,7 @@ def evaluation(pipeline: LocalPipeline, questions: list[Question]) -> dict:
 
 def pin_top_k(pipeline: LocalPipeline, cfg: Config, k: int) -> Config:
     """Make greedy selection keep exactly the reranker's top k; the config to export with it."""
-    stop = pipeline.reranker.stop_scorer.linear
-    with torch.no_grad():
-        stop.weight.zero_()
-        stop.bias.fill_(NEVER_STOP)
+    pipeline.reranker.stop_scorer.pin(NEVER_STOP)
     pipeline.reranker.max_docs = k
     return dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, max_docs=k))
 
