@@ -273,7 +273,10 @@ def main() -> None:
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
-        "the calm run's speed varies too. What each fault cost, in seconds from its signal: `detect` until its pool "
+        "the calm run's speed varies too, and one run of 12 steps meets only 3-5 faults, so a ratio moves by 0.1 "
+        "between invocations. On this machine a second replica of every stage shares the same cores, so the calm "
+        "run with 2 replicas is itself slower than with 1, which raises its ratio by itself; on a cluster each "
+        "replica has its own device. What each fault cost, in seconds from its signal: `detect` until its pool "
         "noticed (the actor-death error for a SIGKILL, the call deadline for a SIGSTOP), `restart` until Ray "
         "started the successor process (from the pool's kill for a SIGSTOP), `load` its constructor (imports, "
         "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
