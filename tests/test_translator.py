@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -151,7 +152,10 @@ def test_greedy_is_deterministic(full_translator, images):
 
 
 def test_lora_trains_only_adapter_and_starts_at_reference(tiny_lvlm_path, zoo_dir, images):
-    translator = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        translator = QueryTranslator.from_config(make_config(tiny_lvlm_path, lora=True), zoo_dir)
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []  # peft's, once
     trainable = translator.trainable_state_dict()
     total = sum(p.numel() for p in translator.model.parameters())
     assert trainable and all("lora_" in name for name in trainable)

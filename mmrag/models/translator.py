@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,17 @@ def _add_lora(model, lora: LoraConfig):
     adapter = peft.LoraConfig(
         r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules)
     )
-    return peft.get_peft_model(model, adapter)
+    with peft_quietly():
+        return peft.get_peft_model(model, adapter)
+
+
+@contextlib.contextmanager
+def peft_quietly():
+    """peft reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model: a FutureWarning about
+    peft's code, not the user's, that every LoRA run would otherwise print."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
@@ -119,7 +130,8 @@ def _load_policy(cfg: TranslatorConfig, cache_dir: str, device: str):
 
     base_ref = PeftConfig.from_pretrained(str(export_dir)).base_model_name_or_path
     base, _ = load_lvlm(base_ref, cache_dir, cfg.dtype, device)
-    model = PeftModel.from_pretrained(base, str(export_dir), is_trainable=cfg.lora.enabled)
+    with peft_quietly():
+        model = PeftModel.from_pretrained(base, str(export_dir), is_trainable=cfg.lora.enabled)
     # Without `lora.enabled` the exported adapter is merged into a plain, fully trainable model.
     return (model if cfg.lora.enabled else model.merge_and_unload()), load_processor(str(export_dir)), True
 
