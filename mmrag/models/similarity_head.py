@@ -67,10 +67,15 @@ def demand(features: CandidateFeatures) -> torch.Tensor:
     return question * math.sqrt(question.shape[-1])
 
 
+def max_or_zero(values: torch.Tensor, allowed: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """The maximum of `values` over `dim` among the entries `allowed` (broadcast against them); 0 where none is."""
+    best = values.masked_fill(~allowed, float("-inf")).amax(dim=dim, keepdim=keepdim)
+    return torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+
+
 def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, K, F] over the real candidates (`mask` [B, K]) -> [B, 1, F]; 0 for a row without any."""
-    best = values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1, keepdim=True)
-    return torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+    return max_or_zero(values, mask.unsqueeze(-1), dim=1, keepdim=True)
 
 
 def redundancy(vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -79,9 +84,7 @@ def redundancy(vectors: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     similarity = vectors @ vectors.transpose(1, 2)  # [B, K (this), K (other)]
     num = vectors.shape[1]
     higher = torch.ones(num, num, dtype=torch.bool, device=vectors.device).tril(diagonal=-1)
-    allowed = higher.unsqueeze(0) & mask.unsqueeze(1)
-    best = similarity.masked_fill(~allowed, float("-inf")).amax(dim=2)
-    return torch.where(torch.isfinite(best), best, torch.zeros_like(best))
+    return max_or_zero(similarity, higher.unsqueeze(0) & mask.unsqueeze(1), dim=2)
 
 
 def relational_features(features: CandidateFeatures) -> torch.Tensor:
