@@ -11,7 +11,12 @@ val split (the test split is never read). Two queries per question:
 
 For each: recall@K of the top `index.top_k` candidates (a fact question counts when all its gold passages
 are among them, so a two-fact question needs both); the fixed pipelines (the top k in retrieval order,
-k in `K_CHOICES`); the kind oracle (nothing on visual questions, the top k in retrieval order otherwise:
+k in `K_CHOICES`, and k = K: the generator reads the first passage that states the asked relation, so at
+k = K ordering by relation cannot gain anything more, only ordering the pictured entity's passage above its
+near-duplicates' can); entity identification on the fact questions whose own entity has a passage among the
+candidates (is the entity of the best-scored candidate the pictured one; is the entity whose KB picture is
+closest to the question image under the encoder's image tower the pictured one: what the reranker's frozen
+features can tell apart); the kind oracle (nothing on visual questions, the top k in retrieval order otherwise:
 what a perfect STOP alone gives); and the oracle reranker over the candidates (nothing on visual questions,
 otherwise exactly the gold passages found among the candidates, in gold order, and nothing if none is
 there). Reranker alone = oracle(greedy) - best fixed(greedy); translator alone = best fixed(perfect) -
@@ -23,12 +28,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from PIL import Image
 
 from benchmarks.results import config_in_words, machine, markdown_table, portable_overrides, publish_figures
 from mmrag.data.dataset import Question, load_questions
@@ -87,12 +97,46 @@ def mean_by_kind(records: list[dict]) -> dict[str, float]:
         "all": statistics.fmean(r["reward"] for r in records)}
 
 
-def ceilings_of(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]]) -> dict:
-    """Recall@K, fixed k, the kind oracle and the oracle reranker, each per kind, for one query's candidates."""
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=-1, keepdims=True).clip(min=1e-12)
+
+
+def entity_pictures(pipeline: LocalPipeline) -> dict[str, np.ndarray]:
+    """Entity id -> the encoder's unit image vector of its KB picture (the KB document that has an image)."""
+    table = pq.read_table(Path(pipeline.cfg.data.dir) / "kb.parquet", columns=["entity_id", "image"]).to_pylist()
+    pictured = [(row["entity_id"], Image.open(io.BytesIO(row["image"]))) for row in table if row["image"]]
+    vectors = unit_rows(np.asarray(pipeline.encoder.encode_images([image for _, image in pictured])))
+    return {entity: vector for (entity, _), vector in zip(pictured, vectors)}
+
+
+def entity_identification(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
+                          pictures: dict[str, np.ndarray]) -> dict[str, float]:
+    """On fact questions whose entity is among the candidates' entities: how often the best-scored candidate's
+    entity, and the entity whose KB picture is nearest the question image, is the pictured one."""
+    rows = [(q, row) for q, row in zip(questions, hits)
+            if q.gold_doc_ids and q.entity_id in {h.entity_id for h in row}]
+    images = unit_rows(np.asarray(pipeline.encoder.encode_images([q.image for q, _ in rows])))
+    by_score, by_picture, entities = [], [], []
+    for (q, row), image in zip(rows, images):
+        candidates = sorted({h.entity_id for h in row})
+        nearest = max(candidates, key=lambda entity: float(pictures[entity] @ image))
+        by_score.append(float(row[0].entity_id == q.entity_id))
+        by_picture.append(float(nearest == q.entity_id))
+        entities.append(len(candidates))
+    return {"questions": len(rows), "candidate_entities_mean": statistics.fmean(entities),
+            "best_scored_candidate": statistics.fmean(by_score), "nearest_kb_picture": statistics.fmean(by_picture)}
+
+
+def ceilings_of(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
+                pictures: dict[str, np.ndarray]) -> dict:
+    """Recall@K, fixed k (K included), entity identification, the kind oracle and the oracle reranker, per kind,
+    for one query's candidates."""
     recall = {kind: statistics.fmean(float(set(q.gold_doc_ids) <= {h.doc_id for h in row})
                                      for q, row in zip(questions, hits) if q.kind == kind)
               for kind in KINDS[1:]}
-    fixed = records_by_k(pipeline, questions, hits)
+    every = pipeline.cfg.index.top_k
+    fixed = records_by_k(pipeline, questions, hits, ks=(*K_CHOICES, every))
+    read_all = mean_by_kind(fixed.pop(every))
     val_by_k = mean_reward_by_k(fixed)
     best_k = choose_k(val_by_k)
     kind_oracle = {k: [records[i] if q.kind != "visual" else fixed[0][i] for i, q in enumerate(questions)]
@@ -104,7 +148,8 @@ def ceilings_of(pipeline: LocalPipeline, questions: list[Question], hits: list[l
     oracle = records_by_k(pipeline, questions, selections, ks=(longest,))[longest]
     return {"recall_at_top_k": recall,
             "fixed_by_k": {k: mean_by_kind(rows) for k, rows in fixed.items()},
-            "best_fixed_k": best_k, "best_fixed": mean_by_kind(fixed[best_k]),
+            "best_fixed_k": best_k, "best_fixed": mean_by_kind(fixed[best_k]), "fixed_all_candidates": read_all,
+            "entity_identification": entity_identification(pipeline, questions, hits, pictures),
             "kind_oracle_k": kind_oracle_k, "kind_oracle": mean_by_kind(kind_oracle[kind_oracle_k]),
             "oracle_reranker": mean_by_kind(oracle)}
 
@@ -118,9 +163,15 @@ def report(figures: dict, args, minutes: float) -> str:
         rows.append([query, f"recall@{figures['top_k']}", "-", f"{f['recall_at_top_k']['one-fact']:.3f}",
                      f"{f['recall_at_top_k']['two-fact']:.3f}", "-"])
         rows.append([query, f"best fixed (top {f['best_fixed_k']})", *cells(f["best_fixed"])[1:], cells(f["best_fixed"])[0]])
+        rows.append([query, f"top {figures['top_k']} (every candidate)", *cells(f["fixed_all_candidates"])[1:],
+                     cells(f["fixed_all_candidates"])[0]])
         rows.append([query, f"kind oracle (0 on visual, else top {f['kind_oracle_k']})",
                      *cells(f["kind_oracle"])[1:], cells(f["kind_oracle"])[0]])
         rows.append([query, "oracle reranker", *cells(f["oracle_reranker"])[1:], cells(f["oracle_reranker"])[0]])
+    identified = [[query, str(f["entity_identification"]["questions"]),
+                   f"{f['entity_identification']['candidate_entities_mean']:.1f}",
+                   f"{f['entity_identification']['best_scored_candidate']:.3f}",
+                   f"{f['entity_identification']['nearest_kb_picture']:.3f}"] for query, f in figures["queries"].items()]
     gaps = figures["reachable"]
     return (f"## Ceilings: what training can reach with this zoo ({datetime.date.today()})\n\n"
             f"Machine: {machine()}; {minutes:.1f} min. Config {config_in_words(args.config, args.overrides)}. "
@@ -131,6 +182,11 @@ def report(figures: dict, args, minutes: float) -> str:
             f"visual questions, the top k in retrieval order on fact questions. Oracle reranker: nothing on visual "
             f"questions, exactly the gold passages among the candidates otherwise.\n\n"
             + markdown_table(["query", "pipeline", "visual", "one-fact", "two-fact", "all"], rows)
+            + "\n\nEntity identification (fact questions whose entity has a passage among the candidates): is the "
+            "pictured entity that of the best-scored candidate, or the one whose KB picture is nearest the question "
+            "image (the encoder's image tower)?\n\n"
+            + markdown_table(["query", "questions", "entities among the candidates", "best-scored candidate",
+                              "nearest KB picture"], identified)
             + f"\n\nOver the best fixed pipeline with the greedy query ({gaps['best_fixed_greedy']:.3f}), reachable "
             f"by a perfect reranker alone **{gaps['reranker_alone']:+.3f}** (of which a perfect STOP alone "
             f"{gaps['stop_alone']:+.3f}), by a perfect translator alone (its best fixed k) "
@@ -153,7 +209,9 @@ def main() -> None:
         sys.exit(f"ceilings: {exc}")
     queries = {"greedy": greedy_queries(pipeline, val),
                "perfect": [perfect_query(q, entities[q.entity_id]) for q in val]}
-    per_query = {name: ceilings_of(pipeline, val, text_hits(pipeline, texts)) for name, texts in queries.items()}
+    pictures = entity_pictures(pipeline)
+    per_query = {name: ceilings_of(pipeline, val, text_hits(pipeline, texts), pictures)
+                 for name, texts in queries.items()}
     base = per_query["greedy"]["best_fixed"]["all"]
     figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config or "(embedded defaults)",
                "sets": portable_overrides(args.overrides), "split": "val", "questions": len(val),
