@@ -409,6 +409,9 @@ def main() -> None:
                         help="where to draw the val curves (default: benchmarks/learning.png)")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON,
                         help="per-run, per-seed records (default: benchmarks/results/learning.json)")
+    parser.add_argument("--section", default="learning",
+                        help="RESULTS.md section the report replaces (default: learning; e.g. learning_300 for a "
+                             "longer run beside the main one, with its own --json and --plot)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md alone")
     args = parser.parse_args()
     try:
@@ -462,7 +465,7 @@ def main() -> None:
         "targets": [t.as_dict() for t in found],
         "paired": {name: {"mean": p.mean, "se": p.se, "n": p.n, "differences": list(p.differences)}
                    for name, p in paired.items()}}, indent=2) + "\n")
-    publish(text, "learning", write=not args.print_only)
+    publish(text, args.section, write=not args.print_only)
     for target in found:
         print(f"{'PASS' if target.met else 'FAIL'}  {target.name}: {target.value:+.3f} {target.relation} "
               f"{target.threshold:+.2f}")
