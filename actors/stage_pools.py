@@ -327,10 +327,6 @@ class ActorPools:
         """Calls sent to a second replica because the first ran past the pool's hedge time, per pool."""
         return {pool.name: pool.hedged for pool in self._all_pools() if pool.hedged}
 
-    def promoted_standbys(self) -> dict[str, int]:
-        """Standbys that took a lost, hung or outpaced replica's place, per pool."""
-        return {pool.name: pool.promoted for pool in self._all_pools() if pool.promoted}
-
     def timed_out_calls(self) -> dict[str, int]:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
