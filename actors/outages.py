@@ -2,9 +2,10 @@
 
 An outage opens when the pool notices a replica is gone (a call raised that the actor died,
 or passed its deadline and the pool killed it, or a hedge on another replica answered first)
-and closes when that replica answers a call again (Ray restarted it and it loaded its model);
-with standby replicas, `promoted` is when a standby took its place (its calls went there). It counts the calls lost to it and the
-seconds they had already been running (work to redo). Times are `time.monotonic()`, one
+and closes when that replica answers a call again (Ray restarted it and it loaded its model),
+or, standing by, its readiness check; `promoted` is when a standby took its place (its calls
+went there). It counts the calls lost to it and the seconds they had already been running
+(work to redo). Times are `time.monotonic()`, one
 clock for every process of the machine, so a benchmark can line them up with its faults.
 """
 

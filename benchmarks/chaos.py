@@ -8,18 +8,19 @@ same config (a checkpoint every step at lag > 0): once undisturbed, once with a 
 that every `--every` seconds picks one process at random among this run's stage actors and
 learner ranks that worked in the last half interval (used CPU: an idle standby is spared, as
 a fault there would cost nothing and flatter the standby runs) and SIGKILLs it, or, every third
-time (the first included), SIGSTOPs a
-generator or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
-so the deadline has to find it: the tighter deadline of a replica that has answered since it
-started (`pools.call_timeout_factor` times its pool's slowest recent answer, at least
-`--min-deadline`, `pools.min_call_timeout_s`); with 2 replicas a hedge (`pools.hedge_factor`)
-or a standby usually answers first. Reports steps/s of both runs and their ratio
-(`chaos_over_calm`, target >= 0.8), for standby runs also their chaos steps/s over the calm
-steps/s of the same serving replicas without standbys (`chaos_over_plain_calm`: the same serving
-capacity, so the calm side is not slowed by the standbys' share of the cores), the faults by kind, the calls re-dispatched, timed out and hedged, the restores and
-steps redone, whether the chaos run trained the undisturbed run's rollout numbers, and where
-each fault's time went (`fault_costs`: detection, promotion of a standby, restart, load, first
-answer, calls and seconds lost); writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
+time (the first included), SIGSTOPs such a generator or retrieval shard for twice the call
+deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it: the tighter
+deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
+pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
+second replica or a standby a hedge (`pools.hedge_factor`) usually answers first. Reports
+steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8), for standby runs also
+their chaos steps/s over the calm steps/s of the same serving replicas without standbys
+(`chaos_over_plain_calm`: the same serving capacity, so the calm side is not slowed by the
+standbys' share of the cores), the faults by kind, the calls re-dispatched, timed out and
+hedged, the standbys promoted, the restores and steps redone, whether the chaos run trained the
+undisturbed run's rollout numbers, and where each fault's time went (`fault_costs`: detection,
+promotion of a standby, restart, load, first answer, calls and seconds lost); writes its section
+of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
 """
 
 from __future__ import annotations
