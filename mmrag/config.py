@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import annotated_types
 import pydantic
 import yaml
 
 
-NonNegativeInt = Annotated[int, annotated_types.Ge(0)]
+NonNegativeInt = Annotated[int, pydantic.Field(ge=0)]
 """A count that may be 0 (a negative one is refused naming its key)."""
 
 
@@ -397,7 +396,7 @@ class PoolsConfig:
     hedge_factor: float = 3.0
     """A call unanswered after this many times its pool's median recent answer is sent to a second replica too
     (one with room that has not just lost a call); the first answer wins, the slower replica is left to its
-    deadline. 0: never. Needs 2 or more replicas (a pool of one never hedges)."""
+    deadline. 0: never. Needs 2 or more replicas, standbys included (a pool of one never hedges)."""
     standby_replicas: NonNegativeInt = 0
     """Extra actors per stage pool (`num_replicas` serve) and per retrieval shard (`index.shard_replicas` serve),
     started and loaded but sent no call while the serving ones are healthy: one takes a lost or hung replica's place
