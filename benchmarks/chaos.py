@@ -6,8 +6,9 @@ built. For each replica count (serving replicas of every stage pool and every re
 each count of standby replicas (`pools.standby_replicas`) and each lag, trains twice with the
 same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer thread
 that every `--every` seconds picks one process at random among this run's stage actors and
-learner ranks that worked in the last half interval (used CPU: an idle standby is spared, as
-a fault there would cost nothing and flatter the standby runs) and SIGKILLs it, or, every third
+learner ranks, of each stage actor class only as many as serve (those that used the most CPU
+in the last half interval: an idle standby is spared, as a fault there would cost nothing and
+flatter the standby runs) and SIGKILLs it, or, every third
 time (the first included), SIGSTOPs such a generator or retrieval shard for twice the call
 deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it: the tighter
 deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import random
 import signal
@@ -51,9 +53,6 @@ VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor",
 HANGABLE = ("GeneratorActor", "RetrievalShard")
 """What the killer SIGSTOPs: a wedged generator and a stuck shard are the hangs a cluster sees most."""
 RESULTS_JSON = Path(__file__).with_name("results") / "chaos.json"
-WORKED_CPU_S = 0.1
-"""CPU seconds a process must have used in the half interval before a fault to be its victim (an idle Ray actor
-uses about 0.02 s in 5 s)."""
 WATCH_POLL_S = 0.1
 """How often a fault's watcher looks for its victim's successor process (the precision of respawn and load times)."""
 POOL_OF = {"TranslatorActor": "translate", "EncoderActor": "retrieve", "RetrievalShard": "retrieval_shard",
@@ -87,27 +86,37 @@ def cpu_seconds(pids) -> dict[int, float]:
     return used
 
 
-class Killer(threading.Thread):
-    """Every `every` seconds, SIGKILL one random actor process among those that worked in the last half interval,
-    or (every third fault, from the first) SIGSTOP such a generator or shard for `stop_s` seconds; records each
-    fault (`Fault`) and watches its victim come back."""
+def busiest_share(processes: dict[int, str], worked: dict[int, float], share: float) -> set[int]:
+    """Of each stage actor class in `processes` (pid -> class), the `share` of its processes (rounded up) that did
+    the most work (`worked`: pid -> CPU seconds); every learner rank (no rank stands by)."""
+    chosen = set()
+    for kind in set(processes.values()):
+        pids = sorted((p for p, k in processes.items() if k == kind), key=lambda p: -worked[p])
+        chosen.update(pids if kind == "LearnerRank" else pids[:math.ceil(share * len(pids))])
+    return chosen
 
-    def __init__(self, every: float, seed: int, stop_s: float):
+
+class Killer(threading.Thread):
+    """Every `every` seconds, SIGKILL one random actor process among the serving ones (`serving_share` of each stage
+    actor class: those that worked most in the last half interval), or (every third fault, from the first) SIGSTOP
+    such a generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
+
+    def __init__(self, every: float, seed: int, stop_s: float, serving_share: float = 1.0):
         super().__init__(daemon=True)
-        self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
+        self.every, self.rng, self.stop_s, self.serving_share = every, random.Random(seed), stop_s, serving_share
         self.stop, self.faults = threading.Event(), Counter()
         self.records: list[Fault] = []
         self.idle_spared = 0
-        """Actor processes left out of a draw for having done no work (standbys, mostly), summed over faults."""
+        """Actor processes left out of a draw as the least busy of their class (standbys), summed over faults."""
 
     def run(self) -> None:
         while not self.stop.wait(self.every / 2):
             before = cpu_seconds(actor_processes())
             if self.stop.wait(self.every / 2):
                 return
-            processes = actor_processes()
-            now = cpu_seconds(processes)
-            worked = {p for p in processes if p in before and now.get(p, 0.0) - before[p] >= WORKED_CPU_S}
+            now = cpu_seconds(actor_processes())
+            processes = {p: kind for p, kind in actor_processes().items() if p in before and p in now}
+            worked = busiest_share(processes, {p: now[p] - before[p] for p in processes}, self.serving_share)
             hang = sum(self.faults.values()) % 3 == 0  # the first fault a hang: short runs see one too
             candidates = sorted(p for p in worked if not hang or processes[p] in HANGABLE)
             if not candidates:
@@ -228,7 +237,8 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
     cfg = with_sections(cfg, train={"max_policy_lag": lag, "checkpoint_every": 1 if lag else 5},
                         pools={"call_timeout_s": args.deadline, "min_call_timeout_s": args.min_deadline})
     calm = measure(cfg, str(Path(tmp) / f"calm_{lag}"), None)
-    killer = Killer(args.every, args.seed, 2 * args.deadline)
+    serving = cfg.translator.num_replicas  # every stage and shard alike (`with_replicas`)
+    killer = Killer(args.every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
     chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
     return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
