@@ -345,8 +345,8 @@ def main() -> None:
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
-        "the calm run's speed varies too (by 1.5x here between runs of one config minutes apart), and a chaos run "
-        "that a fault slows meets more faults, so a ratio moves by far more than 0.1 between invocations. `chaos / calm without standby` divides a standby run's chaos "
+        "the calm run's speed varies too (a chaos run may even come out faster than its calm run), and a chaos "
+        "run that faults slow meets more faults, so a ratio moves by far more than 0.1 between invocations. `chaos / calm without standby` divides a standby run's chaos "
         "steps/s by the calm steps/s of the run with the same serving replicas and no standby: the same serving "
         "capacity, so it is the honest figure of what standbys buy (on these 2 cores the standbys' memory and "
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
