@@ -30,14 +30,14 @@ serve. Calls go to serving replicas only; a standby is started and loaded but id
 memory). A serving replica lost or hung while a standby is loaded leaves the pool at once and the
 standby serves in its place, so the call is re-sent to a loaded process instead of waiting in
 Ray's queue for a restart; the lost replica, once its readiness check answers (Ray restarted it,
-its constructor loaded the model), stands by. Hedges may go to a standby (a serving sibling with
-room first): a hedge is sent only when a call has run past `hedge_factor` times the median answer,
-when its replica is most likely stopped, and an idle standby is the one replica sure to answer at
-once; on a cluster it has a device of its own, so the duplicate costs nothing a serving replica
-needs. A standby that answers a hedge first trades places with the slow replica, which then
-receives no new calls and is killed as hung if its straggler passes its deadline. A standby
-killed while idle is restarted by Ray unseen (no call finds it); one promoted while still
-restarting holds its first call in Ray's queue, as a lone replica does.
+its constructor loaded the model), stands by. Hedges go to serving replicas only, never to a
+standby: a hedge fires whenever a healthy replica's answer is merely slow (3 x the median is a
+hiccup on a loaded machine), so hedging to standbys would keep them busy in an undisturbed run,
+which is what they must not cost (measured in benchmarks/chaos.py on 2 shared cores: 46 hedges
+to standbys in a 24-step calm run, and a calm run twice as slow). A stopped serving replica is
+therefore found at its deadline (the tight one, `pools.call_timeout_factor`), and then replaced
+like a dead one. A standby killed while idle is restarted by Ray unseen (no call finds it); one
+promoted while still restarting holds its first call in Ray's queue, as a lone replica does.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class ReplicaPool:
         self.timed_out = 0
         self.hedged = 0
         self.promoted = 0
-        """Standbys that took a lost, hung or outpaced replica's place."""
+        """Standbys that took a lost or hung replica's place."""
         self.outages = OutageLog(name)
 
     def serving(self) -> list[int]:
@@ -125,18 +125,17 @@ class ReplicaPool:
     def hedge_after(self, replica: int) -> float:
         """Seconds after which a call to `replica` is sent to a second replica too (inf: never; a pool of one, no
         answers yet, or a replica still starting, whose first call waits for its model)."""
-        if not (self.hedge_factor and self.started[replica] and self.answer_seconds
-                and len(self.serving()) + len(self.roster.standby) > 1):
+        if not (self.hedge_factor and self.started[replica] and self.answer_seconds and len(self.serving()) > 1):
             return math.inf
         return self.hedge_factor * statistics.median(self.answer_seconds)
 
     def hedge_replica(self, busy: int) -> int | None:
         """Where to send a hedge of a call that `busy` holds: the least busy other serving replica with room that
-        has not just lost a call, else such a standby."""
+        has not just lost a call (never a standby)."""
         now = time.monotonic()
-        free = [i for i in [*self.serving(), *self.roster.standby] if i != busy and self.suspect_until[i] <= now
+        free = [i for i in self.serving() if i != busy and self.suspect_until[i] <= now
                 and self.in_flight[i] < self.calls_per_replica]
-        return min(free, key=lambda i: (i in self.roster.standby, self.in_flight[i], i)) if free else None
+        return min(free, key=lambda i: (self.in_flight[i], i)) if free else None
 
     def check_stragglers(self, now: float) -> None:
         """Free the slot of every straggler that answered; count one past its deadline hung (kill its replica)."""
@@ -163,23 +162,11 @@ class ReplicaPool:
         if self.roster.standby and replica not in self.roster.out:
             self._take_out(replica)
 
-    def outpaced(self, slow: int, by: int, call_sent: float) -> None:
-        """Replica `by` answered first a hedged call `slow` held since `call_sent`: send `slow`'s next calls
-        elsewhere; a standby that answered serves in its place."""
-        self._avoid(slow, SUSPECT_SECONDS)
-        self.outages.lost(slow, "slow", call_sent)
-        if self.roster.trade(slow, by):
-            self._promoted(slow)
-
     def _take_out(self, replica: int) -> None:
         """Out of the pool until its readiness check answers (it joins as a standby if the pool serves in full)."""
         if self.roster.leave(replica, self.actors[replica].__ray_ready__.remote()) is not None:
-            self._promoted(replica)
-
-    def _promoted(self, replica: int) -> None:
-        """A standby serves in `replica`'s place."""
-        self.promoted += 1
-        self.outages.replaced(replica)
+            self.promoted += 1
+            self.outages.replaced(replica)
 
     def _avoid(self, replica: int, seconds: float) -> None:
         """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
@@ -314,7 +301,8 @@ class Call:
             if self._settled_with(hedged=True):
                 pool.stragglers.append(other)
                 if won is not first:  # the first replica is slow or stopped: send its next calls elsewhere
-                    pool.outpaced(first.replica, won.replica, first.sent)
+                    pool._avoid(first.replica, SUSPECT_SECONDS)
+                    pool.outages.lost(first.replica, "slow", first.sent)
             else:  # the winner's replica died: the other attempt is the call now
                 pool.lost(won.replica, won.sent)
                 self._take(other)

@@ -34,26 +34,13 @@ class Roster:
         for role in (self.serving, self.standby):
             if replica in role:
                 role.remove(replica)
-        if was_serving and self.standby:
-            return self._promote(self.standby[0])
-        return None
+        if not (was_serving and self.standby):
+            return None
+        promoted = self.standby.pop(0)
+        self.serving.append(promoted)
+        return promoted
 
     def join(self, replica: int) -> None:
         """`replica`'s check answered: it serves if too few do, else it stands by."""
         del self.out[replica]
         (self.serving if len(self.serving) < self.target else self.standby).append(replica)
-
-    def trade(self, slow: int, standby: int) -> bool:
-        """A standby answered a call first that serving `slow` held: they trade places. Whether they did (no:
-        `standby` is not one, or `slow` does not serve)."""
-        if standby not in self.standby or slow not in self.serving:
-            return False
-        self.serving.remove(slow)
-        self.standby.append(slow)
-        self._promote(standby)
-        return True
-
-    def _promote(self, standby: int) -> int:
-        self.standby.remove(standby)
-        self.serving.append(standby)
-        return standby

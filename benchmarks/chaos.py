@@ -13,7 +13,7 @@ time (the first included), SIGSTOPs such a generator or retrieval shard for twic
 deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it: the tighter
 deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
 pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
-second replica or a standby a hedge (`pools.hedge_factor`) usually answers first. Reports
+second serving replica a hedge (`pools.hedge_factor`) usually answers first. Reports
 steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8), for standby runs also
 their chaos steps/s over the calm steps/s of the same serving replicas without standbys
 (`chaos_over_plain_calm`: the same serving capacity, so the calm side is not slowed by the
@@ -324,7 +324,7 @@ def main() -> None:
         f"standby replica(s) of each (`standby`, `pools.standby_replicas`: loaded, sent no call until one takes a "
         f"lost or hung replica's place), the same in a calm run and the chaos run it is compared with (the "
         f"learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its pool's median "
-        f"answer is hedged to a second replica, a standby if no serving one has room, `pools.hedge_factor`); in "
+        f"answer is hedged to a second serving replica, never to a standby, `pools.hedge_factor`); in "
         f"the chaos runs every {args.every:g} s ({60 / args.every:.1f} faults per minute) one random actor process "
         f"among the learner ranks and, of each stage actor class, as many as serve (those that used the most CPU in "
         f"the {args.every / 2:g} s before: an idle standby is spared, a fault there would cost nothing) is "
@@ -352,8 +352,8 @@ def main() -> None:
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
         "restore from the latest checkpoint with or without standbys. `idle spared`: processes left out of the "
         "draws, summed over the faults, as the least busy of their class (standbys, mostly; a replica Ray is "
-        "restarting counts as busy while it imports). `promoted`: standbys that took a lost, hung or "
-        "outpaced replica's place. What each fault cost, in seconds from its signal: `detect` until its pool "
+        "restarting counts as busy while it imports). `promoted`: standbys that took a lost or hung "
+        "replica's place. What each fault cost, in seconds from its signal: `detect` until its pool "
         "noticed (the actor-death error for a SIGKILL, the call deadline or a hedge for a SIGSTOP), `promote` "
         "until a standby served in its place, `restart` until Ray started the successor process (from the pool's "
         "notice for a SIGSTOP), `load` its constructor (imports, model or shard), `first answer` until the "

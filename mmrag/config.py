@@ -396,12 +396,12 @@ class PoolsConfig:
     hedge_factor: float = 3.0
     """A call unanswered after this many times its pool's median recent answer is sent to a second replica too
     (one with room that has not just lost a call); the first answer wins, the slower replica is left to its
-    deadline. 0: never. Needs 2 or more replicas, standbys included (a pool of one never hedges)."""
+    deadline. 0: never. Needs 2 or more serving replicas (a pool of one never hedges; nor to a standby)."""
     standby_replicas: NonNegativeInt = 0
     """Extra actors per stage pool (`num_replicas` serve) and per retrieval shard (`index.shard_replicas` serve),
     started and loaded but sent no call while the serving ones are healthy: one takes a lost or hung replica's place
     at once (a promotion instead of a process start), and the lost one, once Ray has restarted it, stands by. They
-    cost memory and placement, not CPU; a hedge may go to one (`actors.pool`)."""
+    cost memory and placement, not CPU (no hedge goes to one: `actors.pool`)."""
 
 
 @dataclass

@@ -34,13 +34,6 @@ def test_without_a_standby_a_replica_back_from_its_check_serves_again():
     assert (roster.serving, roster.standby) == ([0, 1], [])
 
 
-def test_a_standby_that_answered_a_slow_replicas_call_first_trades_places_with_it():
-    roster = Roster(size=2, serving=1)
-    assert not roster.trade(slow=1, standby=0), "replica 1 does not serve"
-    assert roster.trade(slow=0, standby=1)
-    assert (roster.serving, roster.standby) == ([1], [0])
-
-
 def test_a_pool_sends_no_call_to_its_standby_even_when_the_serving_replica_is_full():
     pool = ReplicaPool("answer", ["replica 0", "replica 1"], calls_per_replica=2, retries=3, deadline_s=30.0,
                        serving=1)
@@ -127,18 +120,16 @@ def test_a_killed_serving_replicas_call_is_answered_by_the_standby_before_the_re
         "the standby had no call before the kill: only the re-sent one and the next"
 
 
-def test_a_stopped_serving_replicas_call_is_hedged_to_the_standby_which_then_serves_in_its_place(ray_session):
+def test_a_stopped_serving_replicas_call_is_not_hedged_to_the_standby_but_resent_there_at_its_deadline(ray_session):
     actors = _up(ray_session, ("stopped", 0.0, 60.0), ("standby", 0.0))
     pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=2.0, hedge_factor=3.0,
                        serving=1)
     pool.answered(0, 0.05)
-    assert pool.hedge_after(0) == pytest.approx(0.15), "a lone serving replica hedges to its standby"
+    assert pool.hedge_after(0) == float("inf"), "a hiccup of a healthy replica must not keep its standby busy"
     start = time.monotonic()
     call = pool.call("echo", 7)
     _settled(pool, call)
-    assert call.value == (7, "standby") and time.monotonic() - start < 1.5, "hedged after 0.15 s, not the 2 s deadline"
-    assert (pool.roster.serving, pool.roster.standby, pool.promoted) == ([1], [0], 1)
-    time.sleep(max(start + 2.1 - time.monotonic(), 0.0))
-    pool.check_stragglers(time.monotonic())
-    assert (pool.timed_out, list(pool.roster.out)) == (1, [0]), \
-        "past its deadline the straggler counts hung: its replica killed and out until it is back"
+    assert call.value == (7, "standby") and 2.0 <= time.monotonic() - start < 5.0, \
+        "found at its 2 s deadline, re-sent to the standby at once"
+    assert (pool.hedged, pool.timed_out, pool.promoted) == (0, 1, 1)
+    assert (pool.roster.serving, list(pool.roster.out)) == ([1], [0]), "killed, out until Ray has restarted it"
