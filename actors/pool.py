@@ -24,6 +24,20 @@ pure functions of their arguments, seeds included, so either answer is the answe
 loser is left to finish as a straggler: the pool waits for it (its replica's slot stays
 taken) until its deadline, then kills its replica as it would any hung one, so a stopped
 replica costs the hedge delay instead of the deadline, and is still found and restarted.
+
+Standby replicas (`pools.standby_replicas`, `actors.roster`): a pool may hold more replicas than
+serve. Calls go to serving replicas only; a standby is started and loaded but idle (no CPU, only
+memory). A serving replica lost or hung while a standby is loaded leaves the pool at once and the
+standby serves in its place, so the call is re-sent to a loaded process instead of waiting in
+Ray's queue for a restart; the lost replica, once its readiness check answers (Ray restarted it,
+its constructor loaded the model), stands by. Hedges go to serving replicas only, never to a
+standby: a hedge fires whenever a healthy replica's answer is merely slow (3 x the median is a
+hiccup on a loaded machine), so hedging to standbys would keep them busy in an undisturbed run,
+which is what they must not cost (measured in benchmarks/chaos.py on 2 shared cores: 46 hedges
+to standbys in a 24-step calm run, and a calm run twice as slow). A stopped serving replica is
+therefore found at its deadline (the tight one, `pools.call_timeout_factor`), and then replaced
+like a dead one. A standby killed while idle is restarted by Ray unseen (no call finds it); one
+promoted while still restarting holds its first call in Ray's queue, as a lone replica does.
 """
 
 from __future__ import annotations
@@ -40,6 +54,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, ObjectLostError, RayActorError, RayTaskError
 
 from actors.outages import OutageLog
+from actors.roster import Roster
 
 REPLICA_LOST = (RayActorError, ActorUnavailableError, ObjectLostError)
 """Errors that mean the replica (or what it produced) is gone, not that its code failed."""
@@ -57,7 +72,9 @@ RECENT_ANSWERS = 32
 
 class ReplicaPool:
     def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float,
-                 timeout_factor: float = 0.0, min_timeout_s: float = 0.0, hedge_factor: float = 0.0):
+                 timeout_factor: float = 0.0, min_timeout_s: float = 0.0, hedge_factor: float = 0.0,
+                 serving: int | None = None):
+        """`serving`: how many of `actors` serve calls (None: all); the others stand by (`actors.roster`)."""
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
@@ -74,19 +91,19 @@ class ReplicaPool:
         self.in_flight = [0] * len(actors)
         self.suspect_until = [0.0] * len(actors)
         self.timeouts_in_a_row = [0] * len(actors)
-        self.health_checks: dict[int, ray.ObjectRef] = {}
-        """Replicas out of the pool -> their pending health check."""
+        self.roster = Roster(len(actors), len(actors) if serving is None else serving)
         self.stragglers: list[Attempt] = []
         """Losing attempts of hedged calls, not yet answered: their replicas' slots stay taken until they are."""
         self.redispatched = 0
         self.timed_out = 0
         self.hedged = 0
+        self.promoted = 0
+        """Standbys that took a lost or hung replica's place."""
         self.outages = OutageLog(name)
 
     def serving(self) -> list[int]:
-        """The replicas in the pool (all of them when every one is out: a call must go somewhere)."""
-        inside = [i for i in range(len(self.actors)) if i not in self.health_checks]
-        return inside or list(range(len(self.actors)))
+        """The replicas calls go to (all of them when every one is out: a call must go somewhere)."""
+        return sorted(self.roster.serving) or list(range(len(self.actors)))
 
     def has_room(self) -> bool:
         return min(self.in_flight[i] for i in self.serving()) < self.calls_per_replica
@@ -113,8 +130,8 @@ class ReplicaPool:
         return self.hedge_factor * statistics.median(self.answer_seconds)
 
     def hedge_replica(self, busy: int) -> int | None:
-        """Where to send a hedge of a call that `busy` holds: the least busy other replica with room that has not
-        just lost a call."""
+        """Where to send a hedge of a call that `busy` holds: the least busy other serving replica with room that
+        has not just lost a call (never a standby)."""
         now = time.monotonic()
         free = [i for i in self.serving() if i != busy and self.suspect_until[i] <= now
                 and self.in_flight[i] < self.calls_per_replica]
@@ -138,10 +155,18 @@ class ReplicaPool:
 
     def lost(self, replica: int, call_sent: float | None = None, cause: str = "died") -> None:
         """`replica` died or was killed (losing a call sent at `call_sent`): avoid it for a while; it is starting
-        again (Ray restarts it)."""
+        again (Ray restarts it). With a standby loaded, it leaves the pool until it is up and the standby serves."""
         self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
         self.outages.lost(replica, cause, call_sent)
+        if self.roster.standby and replica not in self.roster.out:
+            self._take_out(replica)
+
+    def _take_out(self, replica: int) -> None:
+        """Out of the pool until its readiness check answers (it joins as a standby if the pool serves in full)."""
+        if self.roster.leave(replica, self.actors[replica].__ray_ready__.remote()) is not None:
+            self.promoted += 1
+            self.outages.replaced(replica)
 
     def _avoid(self, replica: int, seconds: float) -> None:
         """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
@@ -159,27 +184,32 @@ class ReplicaPool:
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
         self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
+        ray.kill(self.actors[replica], no_restart=False)  # first, so that a check sent next waits for the restart
         self.lost(replica, call_sent, cause="hung")
-        ray.kill(self.actors[replica], no_restart=False)
-        if misses >= MAX_TIMEOUTS_IN_A_ROW:
-            self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
+        if misses >= MAX_TIMEOUTS_IN_A_ROW and replica not in self.roster.out:
+            self._take_out(replica)
 
     def starting(self, readiness: dict[int, ray.ObjectRef]) -> None:
         """Replicas still constructing, each with the ref that answers once it is up: out of the pool until then
-        (a replica stopped or slow while loading its model holds up no call; the others serve)."""
-        self.health_checks.update(readiness)
+        (a replica stopped or slow while loading its model holds up no call; the others serve, a loaded standby
+        in its place)."""
+        for replica, ref in readiness.items():
+            self.roster.leave(replica, ref)
 
     def check_health(self) -> None:
-        """Take back every replica out of the pool whose health check answered; re-check the ones it failed."""
-        for replica, ref in list(self.health_checks.items()):
+        """Take back every replica out of the pool whose health check answered (serving, or standing by if the
+        pool serves in full); re-check the ones it failed."""
+        for replica, ref in list(self.roster.out.items()):
             if ray.wait([ref], timeout=0)[0]:
                 try:
                     ray.get(ref)
                 except RayActorError:
-                    self.health_checks[replica] = self.actors[replica].__ray_ready__.remote()
+                    self.roster.out[replica] = self.actors[replica].__ray_ready__.remote()
                     continue
-                del self.health_checks[replica]
+                self.roster.join(replica)
                 self.timeouts_in_a_row[replica] = 0
+                if replica in self.roster.standby:  # back, though no call may reach it for a long while
+                    self.outages.answered(replica)
 
     def broadcast(self, method: str, *args: Any) -> list:
         """`method(*args)` on every replica, blocking; the results of those that answered (one dead or restarting,
@@ -213,8 +243,10 @@ class Call:
     def __init__(self, pool: ReplicaPool, method: str, args: tuple, finish: Callable[[Any], Any],
                  hedged: bool = True):
         self.pool, self.method, self.args, self.finish, self.hedged = pool, method, args, finish, hedged
-        self.replica, self.attempts, self.resends = -1, 0, 0
-        self.sent = self.timeout_s = self.deadline = 0.0
+        self.attempts, self.resends = 0, 0
+        self.attempt = Attempt(-1, 0.0, 0.0, [])
+        """The latest dispatch (of a hedged call, the first one)."""
+        self.deadline = 0.0
         """When `expire` must look at the call: its hedge time, its answer's deadline, or (no refs: backing off) its
         re-send time."""
         self.hedge_at = math.inf
@@ -225,18 +257,25 @@ class Call:
         self.refs: list = []
         """What to wait on: the call's first return value (of a method with several, the others are `returned`), and
         its hedge's."""
-        self.returned: list = []
-        """Every return value's ref of the latest dispatch."""
         self.value: Any = None
         self.error: str | None = None
         self.done = False
+
+    @property
+    def replica(self) -> int:
+        return self.attempt.replica
+
+    @property
+    def returned(self) -> list:
+        """Every return value's ref of the latest dispatch."""
+        return self.attempt.returned
 
     def dispatch(self, counted: bool = True) -> None:
         pool = self.pool
         self.attempts += counted
         self._take(self._send(pool.pick()))
-        self.hedge_at = self.sent + pool.hedge_after(self.replica) if self.hedged else math.inf
-        self.deadline = min(self.sent + self.timeout_s, self.hedge_at)
+        self.hedge_at = self.attempt.sent + pool.hedge_after(self.replica) if self.hedged else math.inf
+        self.deadline = min(self.attempt.answer_by, self.hedge_at)
 
     def _send(self, replica: int) -> Attempt:
         pool = self.pool
@@ -247,9 +286,7 @@ class Call:
 
     def _take(self, attempt: Attempt) -> None:
         """Make `attempt` the call's one dispatch."""
-        self.replica, self.sent, self.timeout_s, self.returned = (attempt.replica, attempt.sent, attempt.timeout_s,
-                                                                   attempt.returned)
-        self.refs, self.hedge = self.returned[:1], None
+        self.attempt, self.refs, self.hedge = attempt, attempt.returned[:1], None
         self.deadline = attempt.answer_by
 
     def settle(self, ready: set | None = None) -> None:
@@ -257,9 +294,9 @@ class Call:
         its replica died, or its failure. Of a hedged call, the attempt that answered first."""
         pool = self.pool
         if self.hedge:
-            first = Attempt(self.replica, self.sent, self.timeout_s, self.returned)
+            first = self.attempt
             won, other = (self.hedge, first) if ready is not None and self.hedge.returned[0] in ready \
-                and self.returned[0] not in ready else (first, self.hedge)
+                and first.returned[0] not in ready else (first, self.hedge)
             self._take(won)
             if self._settled_with(hedged=True):
                 pool.stragglers.append(other)
@@ -275,15 +312,15 @@ class Call:
     def _settled_with(self, hedged: bool) -> bool:
         """Settle the current dispatch; whether it settled (False, only of a `hedged` call: its replica died, and
         the other attempt takes over instead of a re-send)."""
-        pool = self.pool
-        pool.in_flight[self.replica] -= 1
+        pool, attempt = self.pool, self.attempt
+        pool.in_flight[attempt.replica] -= 1
         try:
             self.value, self.done = self.finish(ray.get(self.refs[0])), True
-            pool.answered(self.replica, time.monotonic() - self.sent)
+            pool.answered(attempt.replica, time.monotonic() - attempt.sent)
         except REPLICA_LOST as exc:
             if hedged:
                 return False
-            pool.lost(self.replica, self.sent)
+            pool.lost(attempt.replica, attempt.sent)
             if isinstance(exc, ActorUnavailableError):  # restarting (Ray brings it back): no attempt spent
                 self._resend(f"replica unavailable ({exc})", counted=False)
             else:
@@ -301,17 +338,16 @@ class Call:
         if not self.refs:
             self.dispatch(self.counts_next)
             return True
-        pool = self.pool
-        if now < self.sent + self.timeout_s:  # the hedge time came
+        pool, attempt = self.pool, self.attempt
+        if now < attempt.answer_by:  # the hedge time came
             self._send_hedge()
             return False
-        pool.in_flight[self.replica] -= 1
+        pool.in_flight[attempt.replica] -= 1
+        pool.hung(attempt.replica, attempt.sent)
         if self.hedge:
-            pool.hung(self.replica, self.sent)
             self._take(self.hedge)
             return False
-        pool.hung(self.replica, self.sent)
-        self._resend(f"no answer within {self.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
+        self._resend(f"no answer within {attempt.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
                      "pools.call_timeout_factor)")
         return True
 
@@ -325,7 +361,7 @@ class Call:
     def _send_hedge(self) -> None:
         """Send the call to a second replica too, if one has room (else wait for the deadline as before)."""
         pool, self.hedge_at = self.pool, math.inf
-        self.deadline = self.sent + self.timeout_s
+        self.deadline = self.attempt.answer_by
         replica = pool.hedge_replica(self.replica)
         if replica is None or self.hedge:
             return

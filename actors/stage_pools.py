@@ -172,9 +172,11 @@ class ActorPools:
     @classmethod
     def launch(cls, cfg: Config, classes: ActorClasses = ActorClasses()) -> ActorPools:
         """Place every stage's actors (restartable, CPUs from `pools.actor_num_cpus`, GPUs per section),
-        each made from its class in `classes`; return once one replica of every stage and of every shard is up
-        (the others join their pools as they come up, like replicas back from a health check)."""
+        each made from its class in `classes`, with `pools.standby_replicas` more of each stage and of each shard
+        standing by; return once one replica of every stage and of every shard is up (the others join their pools
+        as they come up, like replicas back from a health check)."""
         cache, settings = cfg.zoo.cache_dir, cfg.pools
+        standby = settings.standby_replicas
 
         placement = StagePlacement(cfg)
 
@@ -183,7 +185,7 @@ class ActorPools:
             return [remote_class.options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
                                          max_restarts=settings.max_restarts, max_task_retries=0,
                                          **placement.options(stage, i)).remote(*args)
-                    for i in range(count)]
+                    for i in range(count + standby)]
 
         groups = {
             "translate": place(classes.translate, cfg.translator.num_replicas, cfg.translator.num_gpus,
@@ -198,14 +200,15 @@ class ActorPools:
                            stage="score"),
         }
         router = RetrievalRouter.launch(cfg.index.dir, cfg.index, max_restarts=settings.max_restarts,
-                                        replicas=cfg.index.shard_replicas)
+                                        replicas=cfg.index.shard_replicas + standby)
         readiness = {stage: wait_until_one_up(stage, actors) for stage, actors in groups.items()}
         encoder = next(actor for i, actor in enumerate(groups["retrieve"]) if i not in readiness["retrieve"])
         router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
                   settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
-        pools = {stage: ReplicaPool(stage, actors, *limits) for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits)
+        pools = {stage: ReplicaPool(stage, actors, *limits, serving=len(actors) - standby)
+                 for stage, actors in groups.items()}
+        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits, serving=cfg.index.shard_replicas)
                   for i, replicas in enumerate(router.shard_replicas)]
         for stage, pool in pools.items():
             pool.starting(readiness[stage])
@@ -241,7 +244,7 @@ class ActorPools:
             calls = [f for f in futures if not isinstance(f, ray.ObjectRef) and not f.done]
             refs = [ref for future in futures for ref in _refs_of(future)]
             wake = [call.deadline for call in calls] + ([until] if until is not None else [])
-            if any(pool.health_checks for pool in self._all_pools()):
+            if any(pool.roster.out for pool in self._all_pools()):
                 wake.append(time.monotonic() + HEALTH_POLL_S)
             wake += [attempt.answer_by for pool in self._all_pools() for attempt in pool.stragglers]
             left = None if not wake else max(min(wake) - time.monotonic(), 0.0)

@@ -1,20 +1,27 @@
 """Chaos benchmark: distributed training while actor processes are SIGKILLed or SIGSTOPped every N seconds.
 
 Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]
-[--replicas 1,2]` from the repository root, with the config's dataset and index built. For each
-replica count (of every stage pool and every retrieval shard) and each lag, trains twice with
-the same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer
-thread that every `--every` seconds picks one process at random among this run's stage actors
-and learner ranks and SIGKILLs it, or, every third time (the first included), SIGSTOPs a
-generator or a retrieval shard for twice the call deadline (`--deadline`, `pools.call_timeout_s`),
-so the deadline has to find it: the tighter deadline of a replica that has answered since it
-started (`pools.call_timeout_factor` times its pool's slowest recent answer, at least
-`--min-deadline`, `pools.min_call_timeout_s`); with 2 replicas a hedge (`pools.hedge_factor`)
-usually answers first. Reports steps/s of both runs and their ratio (`chaos_over_calm`, target
->= 0.8), the faults by kind, the calls re-dispatched, timed out and hedged, the restores and
-steps redone, whether the chaos run trained the undisturbed run's rollout numbers, and where
-each fault's time went (`fault_costs`: detection, restart, load, first answer, calls and
-seconds lost); writes its section of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
+[--replicas 1,2] [--standby 0,1]` from the repository root, with the config's dataset and index
+built. For each replica count (serving replicas of every stage pool and every retrieval shard),
+each count of standby replicas (`pools.standby_replicas`) and each lag, trains twice with the
+same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer thread
+that every `--every` seconds picks one process at random among this run's stage actors and
+learner ranks, of each stage actor class only as many as serve (those that used the most CPU
+in the last half interval: an idle standby is spared, as a fault there would cost nothing and
+flatter the standby runs) and SIGKILLs it, or, every third
+time (the first included), SIGSTOPs such a generator or retrieval shard for twice the call
+deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it: the tighter
+deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
+pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
+second serving replica a hedge (`pools.hedge_factor`) usually answers first. Reports
+steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8), for standby runs also
+their chaos steps/s over the calm steps/s of the same serving replicas without standbys
+(`chaos_over_plain_calm`: the same serving capacity, so the calm side is not slowed by the
+standbys' share of the cores), the faults by kind, the calls re-dispatched, timed out and
+hedged, the standbys promoted, the restores and steps redone, whether the chaos run trained the
+undisturbed run's rollout numbers, and where each fault's time went (`fault_costs`: detection,
+promotion of a standby, restart, load, first answer, calls and seconds lost); writes its section
+of benchmarks/RESULTS.md and benchmarks/results/chaos.json.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import random
 import signal
@@ -66,21 +74,51 @@ def actor_processes() -> dict[int, str]:
     return found
 
 
-class Killer(threading.Thread):
-    """Every `every` seconds, SIGKILL one random actor process, or (every third fault, from the first) SIGSTOP a
-    generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
+def cpu_seconds(pids) -> dict[int, float]:
+    """pid -> CPU seconds it has used, of those still running."""
+    used = {}
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        used[pid] = times.user + times.system
+    return used
 
-    def __init__(self, every: float, seed: int, stop_s: float):
+
+def busiest_share(processes: dict[int, str], worked: dict[int, float], share: float) -> set[int]:
+    """Of each stage actor class in `processes` (pid -> class), the `share` of its processes (rounded up) that did
+    the most work (`worked`: pid -> CPU seconds); every learner rank (no rank stands by)."""
+    chosen = set()
+    for kind in set(processes.values()):
+        pids = sorted((p for p, k in processes.items() if k == kind), key=lambda p: -worked[p])
+        chosen.update(pids if kind == "LearnerRank" else pids[:math.ceil(share * len(pids))])
+    return chosen
+
+
+class Killer(threading.Thread):
+    """Every `every` seconds, SIGKILL one random actor process among the serving ones (`serving_share` of each stage
+    actor class: those that worked most in the last half interval), or (every third fault, from the first) SIGSTOP
+    such a generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
+
+    def __init__(self, every: float, seed: int, stop_s: float, serving_share: float = 1.0):
         super().__init__(daemon=True)
-        self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
+        self.every, self.rng, self.stop_s, self.serving_share = every, random.Random(seed), stop_s, serving_share
         self.stop, self.faults = threading.Event(), Counter()
         self.records: list[Fault] = []
+        self.idle_spared = 0
+        """Actor processes left out of a draw as the least busy of their class (standbys), summed over faults."""
 
     def run(self) -> None:
-        while not self.stop.wait(self.every):
-            processes = actor_processes()
+        while not self.stop.wait(self.every / 2):
+            before = cpu_seconds(actor_processes())
+            if self.stop.wait(self.every / 2):
+                return
+            now = cpu_seconds(actor_processes())
+            processes = {p: kind for p, kind in actor_processes().items() if p in before and p in now}
+            worked = busiest_share(processes, {p: now[p] - before[p] for p in processes}, self.serving_share)
             hang = sum(self.faults.values()) % 3 == 0  # the first fault a hang: short runs see one too
-            candidates = sorted(p for p, kind in processes.items() if not hang or kind in HANGABLE)
+            candidates = sorted(p for p in worked if not hang or processes[p] in HANGABLE)
             if not candidates:
                 continue
             pid = self.rng.choice(candidates)
@@ -90,6 +128,7 @@ class Killer(threading.Thread):
             except ProcessLookupError:
                 continue
             fault = Fault(processes[pid], "SIGSTOP" if hang else "SIGKILL", pid, at, set(processes))
+            self.idle_spared += len(processes) - len(worked)
             self.faults[fault.name] += 1
             self.records.append(fault)
             threading.Thread(target=fault.watch, args=(self.stop,), daemon=True).start()
@@ -136,7 +175,8 @@ def _continue(pid: int) -> None:
 
 
 def fault_costs(faults: list[Fault], outages: list[dict], within_s: float) -> list[dict]:
-    """Each fault's timeline, in seconds from the signal: when its pool noticed (`detect`), when Ray started the
+    """Each fault's timeline, in seconds from the signal: when its pool noticed (`detect`), when a standby took the
+    replica's place (`promote`; None without one), when Ray started the
     successor process (`restart`, from the notice for a hang, which the pool's kill ends, from the signal for a
     SIGKILL), when its constructor finished (`load`: imports, model or shard), when the replica answered a call
     again (`first_answer`); and the calls lost with the seconds they had run (work redone). None: not seen (a
@@ -157,6 +197,7 @@ def fault_costs(faults: list[Fault], outages: list[dict], within_s: float) -> li
             "fault": fault.name,
             "pool": outage["pool"] if outage else None,
             "detect_s": _since(fault.at, noticed),
+            "promote_s": _since(fault.at, outage and outage.get("promoted")),
             "restart_s": _since(restart_from, fault.respawned),
             "load_s": _since(fault.respawned, fault.constructed),
             "first_answer_s": _since(fault.constructed, answered),
@@ -188,6 +229,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
             "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
+            "promoted": sum(outage.get("promoted") is not None for outage in summary["outages"]),
             "fault_costs": fault_costs(killer.records, summary["outages"], killer.stop_s) if killer else []}
 
 
@@ -195,7 +237,8 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
     cfg = with_sections(cfg, train={"max_policy_lag": lag, "checkpoint_every": 1 if lag else 5},
                         pools={"call_timeout_s": args.deadline, "min_call_timeout_s": args.min_deadline})
     calm = measure(cfg, str(Path(tmp) / f"calm_{lag}"), None)
-    killer = Killer(args.every, args.seed, 2 * args.deadline)
+    serving = cfg.translator.num_replicas  # every stage and shard alike (`with_replicas`)
+    killer = Killer(args.every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
     chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
     return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
@@ -204,14 +247,25 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
+            "promoted_standbys": chaos["promoted"], "idle_processes_spared": killer.idle_spared,
             "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
 
 
-def with_replicas(cfg, n: int):
-    """`cfg` with `n` replicas of every stage pool and `n` actors per retrieval shard."""
+def with_replicas(cfg, n: int, standby: int):
+    """`cfg` with `n` serving replicas of every stage pool and `n` serving actors per retrieval shard, and `standby`
+    more of each standing by."""
     replicas = {"num_replicas": n}
     return with_sections(cfg, translator=replicas, encoder=replicas, reranker=replicas, generator=replicas,
-                         reward=replicas, index={"shard_replicas": n})
+                         reward=replicas, index={"shard_replicas": n}, pools={"standby_replicas": standby})
+
+
+def with_plain_calm(runs: list[dict]) -> None:
+    """Give every standby run `chaos_over_plain_calm`: its chaos steps/s over the calm steps/s of the run with the
+    same serving replicas and lag but no standbys (None: that run was not measured)."""
+    plain = {(r["replicas"], r["lag"]): r["steps_per_s"] for r in runs if not r["standby"]}
+    for r in runs:
+        calm = plain.get((r["replicas"], r["lag"])) if r["standby"] else None
+        r["chaos_over_plain_calm"] = r["steps_per_s_chaos"] / calm if calm else None
 
 
 def main() -> None:
@@ -225,68 +279,94 @@ def main() -> None:
                              "well under a second)")
     parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the killer's choices (default 0)")
-    parser.add_argument("--replicas", default="2",
-                        help="replicas of every stage pool and of every retrieval shard, in the calm and the chaos "
-                             "runs alike, comma-separated to measure several (default 2: a fault-tolerant "
-                             "deployment's; the learner's ranks are not replicas); the last gives the "
-                             "chaos_over_calm_lag_N keys, each gives chaos_over_calm_lag_N_replicas_R")
+    parser.add_argument("--replicas", default="1",
+                        help="serving replicas of every stage pool and of every retrieval shard, in the calm and the "
+                             "chaos runs alike, comma-separated to measure several (default 1; the learner's ranks "
+                             "are not replicas); each gives chaos_over_calm_lag_N_replicas_R (without standbys)")
+    parser.add_argument("--standby", default="0,1",
+                        help="standby replicas of every stage pool and of every retrieval shard "
+                             "(pools.standby_replicas), comma-separated, each measured with every --replicas "
+                             "(default 0,1); each above 0 gives chaos_over_calm_lag_N_replicas_R_standby_S and "
+                             "chaos_over_plain_calm_lag_N_replicas_R_standby_S (over the calm run without standbys); "
+                             "the last pair measured gives chaos_over_calm_lag_N")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
                                                         "mode": "distributed"})
-    replica_counts = [int(n) for n in args.replicas.split(",")]
+    deployments = [(int(n), int(s)) for n in args.replicas.split(",") for s in args.standby.split(",")]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
         runs = []
-        for n in replica_counts:
+        for n, standby in deployments:
             for lag in args.lags.split(","):
-                run_dir = str(Path(tmp) / f"replicas_{n}")
-                runs.append({"replicas": n, **measure_lag(with_replicas(cfg, n), int(lag), args, run_dir)})
+                run_dir = str(Path(tmp) / f"replicas_{n}_standby_{standby}")
+                runs.append({"replicas": n, "standby": standby,
+                             **measure_lag(with_replicas(cfg, n, standby), int(lag), args, run_dir)})
                 print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
     ray.shutdown()
+    with_plain_calm(runs)
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,
                "min_call_timeout_s": args.min_deadline, "hedge_factor": cfg.pools.hedge_factor, "runs": runs,
-               **{f"chaos_over_calm_lag_{r['lag']}_replicas_{r['replicas']}": r["chaos_over_calm"] for r in runs},
+               **{f"chaos_over_calm_lag_{r['lag']}_replicas_{r['replicas']}": r["chaos_over_calm"]
+                  for r in runs if not r["standby"]},
+               **{f"{key}_lag_{r['lag']}_replicas_{r['replicas']}_standby_{r['standby']}": r[key]
+                  for r in runs if r["standby"] for key in ("chaos_over_calm", "chaos_over_plain_calm")
+                  if r.get(key) is not None},
                **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs
-                  if r["replicas"] == replica_counts[-1]}}
+                  if (r["replicas"], r["standby"]) == deployments[-1]}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
-        f"Machine: {machine(with_load=True)}. Config {config_in_words(args.config, args.overrides)}; "
-        f"{args.steps} steps per run; {' or '.join(map(str, replica_counts))} replica(s) of every stage pool and of "
-        f"every retrieval shard (the table's `replicas`), the same in a calm run and the chaos run it is compared "
-        f"with (the learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its "
-        f"pool's median answer is hedged to a second replica, `pools.hedge_factor`); in the chaos runs a random "
-        f"actor process SIGKILLed every {args.every:g} s "
-        f"({60 / args.every:.1f} faults per minute), every third fault (the first included) instead a generator or "
-        f"shard SIGSTOPped for "
-        f"{2 * args.deadline:g} s (call deadline {args.deadline:g} s, {args.min_deadline:g} s at least for a replica "
-        f"that has answered since it started; seed {args.seed}); a checkpoint every step at lag > 0, every 5 at "
-        f"lag 0.",
-        markdown_table(["replicas", "lag", "steps/s calm", "steps/s chaos", "chaos / calm", "faults", "re-dispatched",
-                        "timed out", "hedged calm / chaos", "restores", "steps redone", "same rollouts"], [
-            [str(r["replicas"]), str(r["lag"]), f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}",
-             f"{r['chaos_over_calm']:.2f}",
-             ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0",
+        f"Machine: {machine(with_load=True)} (other engineers' training shares the cores). Config "
+        f"{config_in_words(args.config, args.overrides)}; {args.steps} steps per run; "
+        f"{' or '.join(map(str, sorted({n for n, _ in deployments})))} serving replica(s) of every stage pool and of "
+        f"every retrieval shard (`replicas`) and {' or '.join(map(str, sorted({s for _, s in deployments})))} "
+        f"standby replica(s) of each (`standby`, `pools.standby_replicas`: loaded, sent no call until one takes a "
+        f"lost or hung replica's place), the same in a calm run and the chaos run it is compared with (the "
+        f"learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its pool's median "
+        f"answer is hedged to a second serving replica, never to a standby, `pools.hedge_factor`); in "
+        f"the chaos runs every {args.every:g} s ({60 / args.every:.1f} faults per minute) one random actor process "
+        f"among the learner ranks and, of each stage actor class, as many as serve (those that used the most CPU in "
+        f"the {args.every / 2:g} s before: an idle standby is spared, a fault there would cost nothing) is "
+        f"SIGKILLed, every third fault (the first included) instead "
+        f"such a generator or shard SIGSTOPped for {2 * args.deadline:g} s (call deadline {args.deadline:g} s, "
+        f"{args.min_deadline:g} s at least for a replica that has answered since it started; seed {args.seed}); a "
+        f"checkpoint every step at lag > 0, every 5 at lag 0.",
+        markdown_table(["replicas", "standby", "lag", "steps/s calm", "steps/s chaos", "chaos / calm",
+                        "chaos / calm without standby", "faults", "idle spared", "re-dispatched", "timed out",
+                        "hedged calm / chaos", "promoted", "restores", "steps redone", "same rollouts"], [
+            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['steps_per_s']:.3f}",
+             f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+             "-" if r["chaos_over_plain_calm"] is None else f"{r['chaos_over_plain_calm']:.2f}",
+             ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0", str(r["idle_processes_spared"]),
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
              f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
+             str(r["promoted_standbys"]),
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
-        "the calm run's speed varies too, and one run of 12 steps meets only 3-5 faults, so a ratio moves by 0.1 "
-        "between invocations. On this machine a second replica of every stage shares the same cores, so the calm "
-        "run with 2 replicas is itself slower than with 1, which raises its ratio by itself; on a cluster each "
-        "replica has its own device. What each fault cost, in seconds from its signal: `detect` until its pool "
-        "noticed (the actor-death error for a SIGKILL, the call deadline for a SIGSTOP), `restart` until Ray "
-        "started the successor process (from the pool's kill for a SIGSTOP), `load` its constructor (imports, "
-        "model or shard), `first answer` until the replica answered a call again, `outage` the whole span; the "
-        "calls lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is "
-        "(chaos seconds - calm seconds) / faults, what the run as a whole lost per fault.",
-        markdown_table(["replicas", "lag", "fault", "pool", "detect", "restart", "load", "first answer", "outage",
-                        "calls lost", "work lost", "extra / fault"], [
-            [str(r["replicas"]), str(r["lag"]), c["fault"], c["pool"] or "-", *(_seconds(c[key]) for key in (
-                "detect_s", "restart_s", "load_s", "first_answer_s", "outage_s")), str(c["calls_lost"]),
-             f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"] for r in runs for c in r["fault_costs"]]),
+        "the calm run's speed varies too (a chaos run may even come out faster than its calm run), and a chaos "
+        "run that faults slow meets more faults, so a ratio moves by far more than 0.1 between invocations. `chaos / calm without standby` divides a standby run's chaos "
+        "steps/s by the calm steps/s of the run with the same serving replicas and no standby: the same serving "
+        "capacity, so it is the honest figure of what standbys buy (on these 2 cores the standbys' memory and "
+        "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
+        "restore from the latest checkpoint with or without standbys. `idle spared`: processes left out of the "
+        "draws, summed over the faults, as the least busy of their class (standbys, mostly; a replica Ray is "
+        "restarting counts as busy while it imports). `promoted`: standbys that took a lost or hung "
+        "replica's place. What each fault cost, in seconds from its signal: `detect` until its pool "
+        "noticed (the actor-death error for a SIGKILL, the call deadline or a hedge for a SIGSTOP), `promote` "
+        "until a standby served in its place, `restart` until Ray started the successor process (from the pool's "
+        "notice for a SIGSTOP), `load` its constructor (imports, model or shard), `first answer` until the "
+        "replica answered a call again (or, standing by, its readiness check), `outage` the whole span; the calls "
+        "lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is (chaos "
+        "seconds - calm seconds) / faults, what the run as a whole lost per fault.",
+        markdown_table(["replicas", "standby", "lag", "fault", "pool", "detect", "promote", "restart", "load",
+                        "first answer", "outage", "calls lost", "work lost", "extra / fault"], [
+            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), c["fault"], c["pool"] or "-",
+             *(_seconds(c[key]) for key in ("detect_s", "promote_s", "restart_s", "load_s", "first_answer_s",
+                                            "outage_s")),
+             str(c["calls_lost"]), f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"]
+            for r in runs for c in r["fault_costs"]]),
     ])
     publish_figures(report, results, RESULTS_JSON, write=not args.print_only)
 

@@ -41,15 +41,16 @@ def resource_plan(cfg: Config) -> list[ActorGroup]:
 
     Mirrors `actors.stage_pools.ActorPools.launch` and `actors.learner.LearnerGroup`.
     """
-    actor_cpus = cfg.pools.actor_num_cpus
+    actor_cpus, standby = cfg.pools.actor_num_cpus, cfg.pools.standby_replicas
     learner_gpus = 1.0 if cfg.learner.use_gpu else 0.0
     return [
-        ActorGroup("translator", cfg.translator.num_replicas, actor_cpus, cfg.translator.num_gpus),
-        ActorGroup("encoder", cfg.encoder.num_replicas, actor_cpus, cfg.encoder.num_gpus),
-        ActorGroup("retrieval_shards", cfg.index.num_shards * cfg.index.shard_replicas, cfg.index.shard_num_cpus, cfg.index.shard_num_gpus),
-        ActorGroup("reranker", cfg.reranker.num_replicas, actor_cpus, cfg.reranker.num_gpus),
-        ActorGroup("generator_pool", cfg.generator.num_replicas, actor_cpus, cfg.generator.num_gpus),
-        ActorGroup("reward_pool", cfg.reward.num_replicas, actor_cpus, cfg.reward.num_gpus),
+        ActorGroup("translator", cfg.translator.num_replicas + standby, actor_cpus, cfg.translator.num_gpus),
+        ActorGroup("encoder", cfg.encoder.num_replicas + standby, actor_cpus, cfg.encoder.num_gpus),
+        ActorGroup("retrieval_shards", cfg.index.num_shards * (cfg.index.shard_replicas + standby),
+                   cfg.index.shard_num_cpus, cfg.index.shard_num_gpus),
+        ActorGroup("reranker", cfg.reranker.num_replicas + standby, actor_cpus, cfg.reranker.num_gpus),
+        ActorGroup("generator_pool", cfg.generator.num_replicas + standby, actor_cpus, cfg.generator.num_gpus),
+        ActorGroup("reward_pool", cfg.reward.num_replicas + standby, actor_cpus, cfg.reward.num_gpus),
         ActorGroup("learner_workers", cfg.learner.num_workers, cfg.learner.num_cpus_per_worker, learner_gpus),
     ]
 

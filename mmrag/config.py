@@ -17,10 +17,14 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
+
+
+NonNegativeInt = Annotated[int, pydantic.Field(ge=0)]
+"""A count that may be 0 (a negative one is refused naming its key)."""
 
 
 class ConfigError(ValueError):
@@ -399,7 +403,12 @@ class PoolsConfig:
     hedge_factor: float = 3.0
     """A call unanswered after this many times its pool's median recent answer is sent to a second replica too
     (one with room that has not just lost a call); the first answer wins, the slower replica is left to its
-    deadline. 0: never. Needs 2 or more replicas (a pool of one never hedges)."""
+    deadline. 0: never. Needs 2 or more serving replicas (a pool of one never hedges; nor to a standby)."""
+    standby_replicas: NonNegativeInt = 0
+    """Extra actors per stage pool (`num_replicas` serve) and per retrieval shard (`index.shard_replicas` serve),
+    started and loaded but sent no call while the serving ones are healthy: one takes a lost or hung replica's place
+    at once (a promotion instead of a process start), and the lost one, once Ray has restarted it, stands by. They
+    cost memory and placement, not CPU (no hedge goes to one: `actors.pool`)."""
 
 
 @dataclass
@@ -553,6 +562,8 @@ def _describe(error: dict) -> str:
     if error["type"] in ("unexpected_keyword_argument", "extra_forbidden"):
         names = [f.name for f in dataclasses.fields(_annotation_at(loc[:-1]))]
         return f"{path}: unknown key (valid keys here: {', '.join(names)})"
+    if error["type"] == "greater_than_equal":  # a bound (`NonNegativeInt`), not a type
+        return f"{path}: expected at least {error['ctx']['ge']}, got {error['input']!r}"
     annotation = _annotation_at(loc)
     expected = error["msg"] if annotation is None else f"expected {_expected(annotation)}"
     return f"{path}: {expected}, got {error['input']!r}"

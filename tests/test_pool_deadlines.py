@@ -48,7 +48,7 @@ def test_a_replica_hung_twice_in_a_row_stays_avoided_twice_as_long_even_when_its
     pool.lost(0)
     assert pool.suspect_until[0] == pytest.approx(start + 2 * SUSPECT_SECONDS, abs=1.0), \
         "the second timeout in a row doubles the suspension; a loss reported after it must not shorten it"
-    assert 0 in pool.health_checks and pool.pick() == 1
+    assert 0 in pool.roster.out and pool.pick() == 1
 
 
 def test_an_outage_spans_the_first_lost_call_to_the_replicas_next_answer_and_counts_every_call_lost_in_it():
