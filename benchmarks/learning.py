@@ -330,7 +330,7 @@ def report(args: argparse.Namespace, records: list[dict], baselines: list[dict],
                  _spread_text(r["importance_ratio_std"]), _spread_text(r["importance_ratio_truncated"])]
                 for r in records if r["run"].startswith("async")]
     text = (
-        f"## Learning on the test split ({datetime.date.today()})\n\n{partial}"
+        f"## Learning on the test split, {args.steps} steps ({datetime.date.today()})\n\n{partial}"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
         f"each; this invocation {wall_minutes:.0f} min, the reported jobs "
         f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
