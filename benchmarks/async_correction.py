@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import sys
@@ -73,14 +74,18 @@ def correction_record(record: dict, directory: Path) -> dict:
                                            "policy_lag_mean", "policy_lag_max", *learning.RATIO_FIGURES)},
         "reranker_lag_mean": statistics.fmean(lags), "reranker_lag_max": max(lags),
         "steps_with_reranker_examples": sum(1 for r in steps if "importance_ratio_mean" in r.get("reranker", {})),
-        "val_final": record["val_final"]["reward_mean"], "val_curve": record["val_curve"],
+        "val_final": record["val_final"]["reward_mean"],
+        "val_mean": statistics.fmean(value for step, value in record["val_curve"].items() if int(step) > 0),
+        "val_curve": record["val_curve"],
+        "exported_step": json.loads((directory / "export" / "export.json").read_text())["version"],
         "dropped_stale": record["ledger"]["dropped_stale"],
         "train_minutes": record["train_minutes"], "eval_minutes": record["eval_minutes"],
     }
 
 
 def paired_pairs(records: list[dict], runs: list[str]) -> dict[str, dict[str, Paired]]:
-    """'R - R-uncorrected' -> {'test': Paired, 'val_final': Paired} for each corrected run R with finished pairs."""
+    """'R - R-uncorrected' -> {'test': Paired, 'val_final': Paired, 'val_mean': Paired} for each corrected run R
+    with finished pairs (`val_mean`: the val curve's mean over its evaluations after step 0)."""
     pairs = {}
     for run in runs:
         if run.endswith(UNCORRECTED):
@@ -88,7 +93,8 @@ def paired_pairs(records: list[dict], runs: list[str]) -> dict[str, dict[str, Pa
         test = paired_difference(records, run, run + UNCORRECTED)
         if test is not None:
             pairs[f"{run} - {run}{UNCORRECTED}"] = {
-                "test": test, "val_final": paired_difference(records, run, run + UNCORRECTED, "val_final")}
+                "test": test, **{figure: paired_difference(records, run, run + UNCORRECTED, figure)
+                                 for figure in ("val_final", "val_mean")}}
     return pairs
 
 
@@ -106,7 +112,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
     paired_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
                    for name, both in pairs.items() for split, p in both.items()]
     run_rows = [[r["run"], str(r["seed"]), f"{r['trained']:.3f}", f"{r['val_final']:.3f}",
-                 f"{r['policy_lag_mean']:.2f} / {r['policy_lag_max']}",
+                 str(r["exported_step"]), f"{r['policy_lag_mean']:.2f} / {r['policy_lag_max']}",
                  f"{r['reranker_lag_mean']:.2f} / {r['reranker_lag_max']}",
                  _spread(r["importance_ratio_mean"]), _spread(r["importance_ratio_std"]),
                  _spread(r["importance_ratio_truncated"]), f"{r['train_minutes']:.1f}"] for r in records]
@@ -128,7 +134,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
         + markdown_table(["paired difference (corrected - uncorrected, same seed)", "split", "mean ± s.e.",
                           "per seed"], paired_rows)
         + "\n\n"
-        + markdown_table(["run", "seed", "test", "val (final)", "policy lag", "reranker lag", "ratio: batch mean",
+        + markdown_table(["run", "seed", "test", "val (final)", "exported step", "policy lag", "reranker lag", "ratio: batch mean",
                           "ratio: std in batch", "truncated", "train min"], run_rows) + "\n")
 
 
@@ -199,7 +205,8 @@ def main() -> None:
                "val_questions": args.val_count, "wall_minutes": (time.perf_counter() - started) / 60,
                "partial": bool(unfinished), "unfinished": unfinished, "records": records,
                "paired": {name: _paired_json(both["test"]) for name, both in pairs.items()},
-               "paired_val_final": {name: _paired_json(both["val_final"]) for name, both in pairs.items()}}
+               **{f"paired_{figure}": {name: _paired_json(both[figure]) for name, both in pairs.items()}
+                  for figure in ("val_final", "val_mean")}}
     publish_figures(text, figures, args.json, write=not args.print_only)
 
 

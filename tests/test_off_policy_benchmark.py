@@ -34,11 +34,11 @@ def test_the_reranker_lag_is_the_learner_version_minus_the_version_that_sampled_
 
 
 def test_pairs_are_corrected_minus_uncorrected_by_seed_on_test_and_on_final_val():
-    records = [{"run": "async-lag8", "seed": 0, "trained": 0.50, "val_final": 0.40},
-               {"run": "async-lag8", "seed": 1, "trained": 0.46, "val_final": 0.42},
-               {"run": "async-lag8-uncorrected", "seed": 0, "trained": 0.45, "val_final": 0.41},
-               {"run": "async-lag8-uncorrected", "seed": 1, "trained": 0.47, "val_final": 0.40},
-               {"run": "async-lag4", "seed": 0, "trained": 0.48, "val_final": 0.40}]
+    records = [{"run": "async-lag8", "seed": 0, "trained": 0.50, "val_final": 0.40, "val_mean": 0.40},
+               {"run": "async-lag8", "seed": 1, "trained": 0.46, "val_final": 0.42, "val_mean": 0.42},
+               {"run": "async-lag8-uncorrected", "seed": 0, "trained": 0.45, "val_final": 0.41, "val_mean": 0.41},
+               {"run": "async-lag8-uncorrected", "seed": 1, "trained": 0.47, "val_final": 0.40, "val_mean": 0.40},
+               {"run": "async-lag4", "seed": 0, "trained": 0.48, "val_final": 0.40, "val_mean": 0.40}]
     pairs = paired_pairs(records, ["async-lag4", "async-lag4-uncorrected", "async-lag8", "async-lag8-uncorrected"])
     assert list(pairs) == ["async-lag8 - async-lag8-uncorrected"]  # lag 4 has no uncorrected seed yet
     lag8 = pairs["async-lag8 - async-lag8-uncorrected"]
@@ -47,3 +47,4 @@ def test_pairs_are_corrected_minus_uncorrected_by_seed_on_test_and_on_final_val(
     assert test.mean == pytest.approx(0.02)
     assert test.se == pytest.approx(0.03)  # sample std of (0.05, -0.01) is 0.0424; / sqrt 2
     assert val.differences == pytest.approx((-0.01, 0.02))
+    assert lag8["val_mean"].differences == pytest.approx((-0.01, 0.02))
