@@ -134,8 +134,8 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
         + markdown_table(["paired difference (corrected - uncorrected, same seed)", "split", "mean ± s.e.",
                           "per seed"], paired_rows)
         + "\n\n"
-        + markdown_table(["run", "seed", "test", "val (final)", "exported step", "policy lag", "reranker lag", "ratio: batch mean",
-                          "ratio: std in batch", "truncated", "train min"], run_rows) + "\n")
+        + markdown_table(["run", "seed", "test", "val (final)", "exported step", "policy lag", "reranker lag",
+                          "ratio: batch mean", "ratio: std in batch", "truncated", "train min"], run_rows) + "\n")
 
 
 def main() -> None:
