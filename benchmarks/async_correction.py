@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -139,6 +140,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, learning.interrupt)  # stop the running job's processes (own sessions) first
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/local.yaml", help="training config (default: configs/local.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -182,7 +184,10 @@ def main() -> None:
     baseline_job, jobs = learning.plan(args, args.val_count)
     started = time.perf_counter()
     if not args.report_only:
-        failed = learning.run_jobs([baseline_job, *jobs.values()], args.jobs)
+        try:
+            failed = learning.run_jobs([baseline_job, *jobs.values()], args.jobs)
+        except KeyboardInterrupt:
+            sys.exit(f"async_correction: interrupted; finished jobs are kept in {args.out} and reused next time")
         if failed:
             print(f"async_correction: {len(failed)} job(s) failed: {', '.join(job.name for job in failed)}",
                   file=sys.stderr)
