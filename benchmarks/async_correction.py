@@ -108,6 +108,7 @@ def _spread(value: dict | None) -> str:
 
 
 def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinished: list[str], load: tuple) -> str:
+    """RESULTS.md's section: context, the paired differences, one row per (run, seed)."""
     counts = sorted({(r["questions"], r["entities"]) for r in records})
     seeds = {run: [r["seed"] for r in records if r["run"] == run] for run in args.runs}
     paired_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
@@ -127,8 +128,10 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
         "Each pair differs only in `train.off_policy_correction` (same seed: same initialisation, data order "
         "and sampling seeds); only the reranker's loss is weighted (the translator's DPO takes no ratio). "
         f"Test: greedy exact-match reward on {'; '.join(f'{q} questions from {e} entities' for q, e in counts)}; "
-        f"val: {args.val_count} val questions every {args.eval_every} steps (curves in {args.plot.name}), the "
-        "final step's figure. Lag columns: mean / max over steps of the learner's version minus the oldest "
+        f"val: {args.val_count} val questions every {args.eval_every} steps (curves in {args.plot.name}), "
+        "`val_final` the last step's figure, `val_mean` the curve's mean after step 0; test evaluates the export, "
+        "the step best on val (`train.export`). The pairs differ in more than the flag: a distributed run is not "
+        "reproducible to the step (which version samples which batch depends on timing). Lag columns: mean / max over steps of the learner's version minus the oldest "
         "sampling version of the batch (the translator's), and minus the reranker's. Ratio columns: over the "
         "steps with reranker examples, the batch's mean ratio, its std within the batch, and the fraction "
         "truncated (mean (min-max) over steps).\n\n"
