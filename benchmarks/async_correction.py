@@ -130,9 +130,9 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
         f"Test: greedy exact-match reward on {'; '.join(f'{q} questions from {e} entities' for q, e in counts)}; "
         f"val: {args.val_count} val questions every {args.eval_every} steps (curves in {args.plot.name}), "
         "`val_final` the last step's figure, `val_mean` the curve's mean after step 0; test evaluates the export, "
-        "the step best on val (`train.export`). The pairs differ in more than the flag: a distributed run is not "
-        "reproducible to the step (which version samples which batch depends on timing). Lag columns: mean / max over steps of the learner's version minus the oldest "
-        "sampling version of the batch (the translator's), and minus the reranker's. Ratio columns: over the "
+        "the step best on val (`train.export`). Pairing fixes initialisation and data order only: a distributed "
+        "run is not reproducible to the step (which version samples which batch depends on timing). Lag columns: "
+        "mean / max over steps of the learner's version minus the oldest sampling version of the batch (the translator's), and minus the reranker's. Ratio columns: over the "
         "steps with reranker examples, the batch's mean ratio, its std within the batch, and the fraction "
         "truncated (mean (min-max) over steps).\n\n"
         + markdown_table(["paired difference (corrected - uncorrected, same seed)", "split", "mean ± s.e.",
