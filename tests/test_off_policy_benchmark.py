@@ -1,0 +1,50 @@
+"""The off-policy correction benchmark's bookkeeping: which runs pair, the reranker's own lag, paired differences."""
+
+import pytest
+
+from benchmarks.async_correction import correction_runs, paired_pairs, reranker_lags
+from benchmarks.learning import runs_for
+
+
+def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
+    base, _ = runs_for("mean")
+    runs = correction_runs(base, [4, 8], ["3e-2"], lr_lag=8)
+    assert list(runs) == ["async-lag4", "async-lag4-uncorrected", "async-lag8", "async-lag8-uncorrected",
+                          "async-lag8-rr3e-2", "async-lag8-rr3e-2-uncorrected"]
+    for corrected in ("async-lag4", "async-lag8", "async-lag8-rr3e-2"):
+        on, off = set(runs[corrected]), set(runs[corrected + "-uncorrected"])
+        assert on - off == {"train.off_policy_correction=true"}
+        assert off - on == {"train.off_policy_correction=false"}
+    assert "reranker.lr=3e-2" in runs["async-lag8-rr3e-2"]
+    assert "train.max_policy_lag=4" in runs["async-lag4-uncorrected"]
+
+
+def test_a_lag_benchmark_learning_does_not_define_is_refused():
+    base, _ = runs_for("mean")
+    with pytest.raises(SystemExit, match="--lags 2"):
+        correction_runs(base, [2], [], lr_lag=8)
+
+
+def test_the_reranker_lag_is_the_learner_version_minus_the_version_that_sampled_the_selections():
+    # Learner at 10 trains a batch whose queries were drawn by version 5 (policy_lag 5) and whose
+    # selections by version 8: the reranker's lag is 2. A batch drawn wholly by version 9: lag 1 for both.
+    steps = [{"policy_lag": 5, "experience_version": 5, "sampled_versions": {"translator": 5, "reranker": 8}},
+             {"policy_lag": 1, "experience_version": 9, "sampled_versions": {"translator": 9, "reranker": 9}}]
+    assert reranker_lags(steps) == [2, 1]
+
+
+def test_pairs_are_corrected_minus_uncorrected_by_seed_on_test_and_on_final_val():
+    records = [{"run": "async-lag8", "seed": 0, "trained": 0.50, "val_final": 0.40, "val_mean": 0.40},
+               {"run": "async-lag8", "seed": 1, "trained": 0.46, "val_final": 0.42, "val_mean": 0.42},
+               {"run": "async-lag8-uncorrected", "seed": 0, "trained": 0.45, "val_final": 0.41, "val_mean": 0.41},
+               {"run": "async-lag8-uncorrected", "seed": 1, "trained": 0.47, "val_final": 0.40, "val_mean": 0.40},
+               {"run": "async-lag4", "seed": 0, "trained": 0.48, "val_final": 0.40, "val_mean": 0.40}]
+    pairs = paired_pairs(records, ["async-lag4", "async-lag4-uncorrected", "async-lag8", "async-lag8-uncorrected"])
+    assert list(pairs) == ["async-lag8 - async-lag8-uncorrected"]  # lag 4 has no uncorrected seed yet
+    lag8 = pairs["async-lag8 - async-lag8-uncorrected"]
+    test, val = lag8["test"], lag8["val_final"]
+    assert test.differences == pytest.approx((0.05, -0.01))
+    assert test.mean == pytest.approx(0.02)
+    assert test.se == pytest.approx(0.03)  # sample std of (0.05, -0.01) is 0.0424; / sqrt 2
+    assert val.differences == pytest.approx((-0.01, 0.02))
+    assert lag8["val_mean"].differences == pytest.approx((-0.01, 0.02))
