@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers import drive_until_settled
 
-from actors.pool import SUSPECT_SECONDS, Call, ReplicaPool
+from actors.pool import SUSPECT_SECONDS, ReplicaPool
 from actors.stage_pools import wait_until_one_up
 
 
@@ -65,18 +66,6 @@ def test_an_outage_spans_the_first_lost_call_to_the_replicas_next_answer_and_cou
     assert now <= outage["noticed"] <= outage["answered_again"]
 
 
-def _until_settled(pool: ReplicaPool, call: Call) -> None:
-    """Drive `call` as `ActorPools.wait` does: wait until a ref is ready or its next deadline, settle or expire."""
-    import ray
-
-    while not call.done:
-        ready = set(ray.wait(call.refs, timeout=max(call.deadline - time.monotonic(), 0.0), fetch_local=False)[0])
-        if ready:
-            call.settle(ready)
-        else:
-            call.expire(time.monotonic())
-
-
 def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_and_the_straggler_killed_at_its_deadline(
         ray_session):
     class Echo:  # defined here, so Ray ships it by value (workers cannot import a test module)
@@ -98,7 +87,7 @@ def test_a_call_held_by_a_stopped_replica_is_hedged_to_its_sibling_and_the_strag
     assert pool.hedge_after(0) == pytest.approx(0.15)
     start = time.monotonic()
     call = pool.call("echo", 7)
-    _until_settled(pool, call)
+    drive_until_settled(pool, call)
     assert call.value == (7, 0.0), f"the sibling's answer ({call.error})"
     assert time.monotonic() - start < 1.5, "hedged after 0.15 s, not after the 2 s deadline"
     assert (pool.hedged, pool.timed_out, pool.in_flight) == (1, 0, [1, 0]), "replica 0's slot held by the straggler"

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import drive_until_settled
 
 from actors.pool import ReplicaPool
 from actors.roster import Roster
@@ -51,19 +52,6 @@ def test_standby_replicas_are_refused_below_zero_naming_the_key_and_planned_with
         ("reward_pool", 2), ("learner_workers", 1)], "2 shards, each 1 serving + 1 standby; ranks are no replicas"
 
 
-def _settled(pool: ReplicaPool, call) -> None:
-    """Drive `call` as `ActorPools.wait` does: wait until a ref is ready or its next deadline, settle or expire."""
-    import ray
-
-    while not call.done:
-        ready = set(ray.wait(call.refs, timeout=max(call.deadline - time.monotonic(), 0.0), fetch_local=False)[0])
-        if ready:
-            call.settle(ready)
-        else:
-            call.expire(time.monotonic())
-        pool.check_health()
-
-
 def _up(ray_session, *actors) -> list:
     """Echo replicas made from `actors` (each its constructor's arguments), every one loaded."""
     class Echo:  # defined in a function, so Ray ships it by value (workers cannot import a test module)
@@ -97,13 +85,13 @@ def test_a_killed_serving_replicas_call_is_answered_by_the_standby_before_the_re
     pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0, serving=1)
     for x in range(3):
         call = pool.call("echo", x)
-        _settled(pool, call)
+        drive_until_settled(pool, call)
         assert call.value == (x, "serving")
     call = pool.call("echo", 3, 2.0)  # still running when its replica is killed
     time.sleep(0.5)
     killed = time.monotonic()
     ray_session.kill(actors[0], no_restart=False)
-    _settled(pool, call)
+    drive_until_settled(pool, call)
     answered_s = time.monotonic() - killed
     assert call.value == (3, "standby") and answered_s < RESTART_S, \
         f"answered after {answered_s:.1f} s by the standby, not after the {RESTART_S:g} s restart ({call.error})"
@@ -114,7 +102,7 @@ def test_a_killed_serving_replicas_call_is_answered_by_the_standby_before_the_re
     assert pool.roster.standby == [0], "restarted and loaded, the lost replica stands by"
     assert time.monotonic() - killed >= RESTART_S
     call = pool.call("echo", 4)
-    _settled(pool, call)
+    drive_until_settled(pool, call)
     assert call.value == (4, "standby"), "the promoted replica keeps serving"
     assert ray_session.get(actors[1].calls_answered.remote()) == 2, \
         "the standby had no call before the kill: only the re-sent one and the next"
@@ -128,7 +116,7 @@ def test_a_stopped_serving_replicas_call_is_not_hedged_to_the_standby_but_resent
     assert pool.hedge_after(0) == float("inf"), "a hiccup of a healthy replica must not keep its standby busy"
     start = time.monotonic()
     call = pool.call("echo", 7)
-    _settled(pool, call)
+    drive_until_settled(pool, call)
     assert call.value == (7, "standby") and 2.0 <= time.monotonic() - start < 5.0, \
         "found at its 2 s deadline, re-sent to the standby at once"
     assert (pool.hedged, pool.timed_out, pool.promoted) == (0, 1, 1)
