@@ -31,6 +31,13 @@ def test_local_preset_equals_the_defaults_paths_aside():
     assert preset == defaults
 
 
+@pytest.mark.parametrize("preset", ["local.yaml", "local-v1.yaml"])
+def test_each_local_world_reranks_with_the_clip_its_retriever_embeds_with(preset):
+    cfg = load_config(CONFIGS / preset)
+    assert cfg.reranker.backbone_name == cfg.encoder.model_name
+    assert cfg.reranker.backbone_pretrained == cfg.encoder.pretrained
+
+
 def test_configs_stay_plain_dataclasses_that_round_trip():
     cfg = load_config(CONFIGS / "gpu_qwen2vl.yaml")
     assert config_from_dict(config_to_dict(cfg)) == cfg
