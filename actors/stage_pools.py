@@ -331,6 +331,10 @@ class ActorPools:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
 
+    def promoted_standbys(self) -> dict[str, int]:
+        """Standbys that took a lost or hung serving replica's place, per pool."""
+        return {pool.name: pool.promoted for pool in self._all_pools() if pool.promoted}
+
     def outages(self) -> list[dict]:
         """Every replica outage the pools saw (`actors.outages.Outage`), pool by pool."""
         return [record for pool in self._all_pools() for record in pool.outages.records()]

@@ -1,12 +1,16 @@
 """Chaos: SIGKILL stage actors and a learner rank mid-call, SIGSTOP a replica past its deadline, a rank that raises.
 
-Stage actors: a generator and the reward actor, a retrieval shard, the translator and the
-reranker replica each lose their process while a call of theirs is in flight. Ray restarts
-them (reloading model, shard, weights), the lost calls are re-dispatched, and because every
-sampling call is seeded by its micro-batch alone, the run draws exactly the trees an
-uninterrupted run draws: it ends with the same weights. A learner rank: the group is rebuilt
-from the latest checkpoint, the steps after it are redone with the same batches, and the run
-again ends where the uninterrupted one did. Both runs reach their step count, export, and
+Stage actors, one serving replica per stage and per shard with one standby each
+(`pools.standby_replicas`): the generator, the reward actor, a retrieval shard, the
+translator and the reranker each lose their process while a call of theirs is in flight.
+Each lost call is re-sent to the standby promoted in its place (one promotion per kill, a
+standby answers no call before), Ray restarts the lost replica (reloading model, shard,
+weights) and it stands by; because every sampling call is seeded by its micro-batch alone,
+the run draws exactly the trees an uninterrupted run draws: it ends with the same weights.
+(A lone replica's call waiting for its restart, and a sibling taking over, are the lag-2
+run's below: no standby there.) A learner rank: the group is rebuilt from the latest
+checkpoint, the steps after it are redone with the same batches, and the run again ends
+where the uninterrupted one did. Both runs reach their step count, export, and
 balance their ledgers. At lag 2 with a checkpoint every step, the same kills plus a
 generator stopped (SIGSTOP) for longer than the call deadline and a rank killed inside
 `save`: the run reaches its steps, every step's own ledger check passes, it trains the
@@ -67,8 +71,8 @@ class ChaosPools(ActorPools):
         future = super().submit(stage, *args)
         self.calls[stage] += 1
         if (stage, self.calls[stage]) in self.kill_at or (stage, self.calls[stage]) == self.stop_at:
-            pool, replica = (self.shards[0], 0) if stage == "retrieve" else (future.call.pool, future.call.replica)
-            actor = pool.actors[replica]
+            call = future.searches[0] if stage == "retrieve" else future.call  # retrieval: shard 0's search
+            actor = call.pool.actors[call.replica]
             pid = self.pids[id(actor)]
             if not _alive(pid):  # killed earlier in this run and restarted by Ray: a new process
                 pid = self.pids[id(actor)] = process_id(actor)
@@ -80,6 +84,16 @@ class ChaosPools(ActorPools):
                 os.kill(pid, signal.SIGKILL)
                 self.killed.append(self.kill_at[(stage, self.calls[stage])])
         return future
+
+    def all_replicas_in(self, timeout_s: float) -> bool:
+        """Poll the health checks until no replica of any pool is out (each serves or stands by, loaded), at most
+        `timeout_s`; whether they all came in."""
+        until = time.monotonic() + timeout_s
+        while any(pool.roster.out for pool in self._all_pools()) and time.monotonic() < until:
+            time.sleep(0.2)
+            for pool in self._all_pools():
+                pool.check_health()
+        return not any(pool.roster.out for pool in self._all_pools())
 
     def wait(self, futures, timeout=None):
         done = super().wait(futures, timeout)
@@ -132,23 +146,40 @@ def assert_finished_and_balanced(run_dir, summary) -> None:
     assert summary["trained_rollouts"] == list(range(1, STEPS + 1))
 
 
-def test_stage_actors_killed_mid_call_restart_and_the_run_ends_with_the_uninterrupted_weights(
+def test_with_a_standby_per_stage_killed_serving_replicas_are_replaced_at_once_and_stand_by_once_restarted(
         ray_session, tiny_config, distributed_sync_run, tmp_path):
-    cfg = tiny_config(tmp_path, "generator.num_replicas=2", f"train.steps={STEPS}")
+    """One serving replica per stage and per shard, one standby each: every call lost with its replica is answered
+    by the standby promoted in its place, while Ray restarts the lost one, which then stands by. Deadlines are the
+    flat `pools.call_timeout_s` (`call_timeout_factor=0`), so that only the kills promote (on loaded cores the
+    tight 5 s deadline can count a slow healthy call hung, and promote too)."""
+    cfg = tiny_config(tmp_path, "pools.standby_replicas=1", "pools.call_timeout_factor=0", f"train.steps={STEPS}")
     pools = ChaosPools.launch(cfg)
     learner = LearnerGroup(cfg)
     try:
         # Calls 1-2 of each stage are the untrained evaluation's and step 1's first micro-batch.
         pools.start_chaos({("answer", 3): "generator", ("retrieve", 4): "retrieval shard", ("score", 6): "reward",
                            ("translate", 5): "translator", ("rerank", 7): "reranker"})
+        assert pools.all_replicas_in(timeout_s=120), "every standby loaded before the first kill"
+        assert all(len(pool.roster.standby) == 1 for pool in pools._all_pools())
+        standby = {pool.name: pool.roster.standby[0] for pool in pools._all_pools()}
         summary = train(cfg, pools, learner, progress=False)
         assert sorted(pools.killed) == ["generator", "reranker", "retrieval shard", "reward", "translator"]
         assert sum(pools.redispatched_calls().values()) >= 5, pools.redispatched_calls()
+        promoted = pools.promoted_standbys()
+        standby_answered = sorted(pool.name for pool in pools._all_pools() if pool.started[standby[pool.name]])
+        assert pools.all_replicas_in(timeout_s=120), "every killed replica restarted and loaded"
+        rosters = {pool.name: (pool.roster.serving, pool.roster.standby) for pool in pools._all_pools()}
     finally:
         learner.shutdown()
         pools.shutdown()
+    killed_pools = ["answer", "rerank", "retrieval_shard_0", "score", "translate"]
+    assert promoted == dict.fromkeys(killed_pools, 1), "one promotion per kill, none elsewhere"
+    assert standby_answered == killed_pools, "standbys answered calls in exactly the pools whose serving replica was killed"
+    for name, roles in rosters.items():  # (serving, standing by): swapped where a kill promoted the standby
+        first_roles = ([1 - standby[name]], [standby[name]])
+        assert roles == (first_roles[::-1] if name in killed_pools else first_roles), f"{name}: {roles}"
     assert_finished_and_balanced(tmp_path, summary)
-    assert summary["ledger"]["failed"] == 0, "every lost call was re-dispatched"
+    assert summary["ledger"]["failed"] == 0, "every lost call was re-sent, to the standby"
     assert_same_exported_weights(tmp_path, distributed_sync_run)
 
 
