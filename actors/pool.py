@@ -30,7 +30,9 @@ serve. Calls go to serving replicas only; a standby is started and loaded but id
 memory). A serving replica lost or hung while a standby is loaded leaves the pool at once and the
 standby serves in its place, so the call is re-sent to a loaded process instead of waiting in
 Ray's queue for a restart; the lost replica, once its readiness check answers (Ray restarted it,
-its constructor loaded the model), stands by. Hedges go to serving replicas only, never to a
+its constructor loaded the model), stands by. With no standby loaded (a second fault before the
+first lost replica is back) the lost replica leaves all the same, so that the first replica back
+serves instead of standing by beside a dead one. Hedges go to serving replicas only, never to a
 standby: a hedge fires whenever a healthy replica's answer is merely slow (3 x the median is a
 hiccup on a loaded machine), so hedging to standbys would keep them busy in an undisturbed run,
 which is what they must not cost (measured in benchmarks/chaos.py on 2 shared cores: 46 hedges
@@ -155,11 +157,12 @@ class ReplicaPool:
 
     def lost(self, replica: int, call_sent: float | None = None, cause: str = "died") -> None:
         """`replica` died or was killed (losing a call sent at `call_sent`): avoid it for a while; it is starting
-        again (Ray restarts it). With a standby loaded, it leaves the pool until it is up and the standby serves."""
+        again (Ray restarts it). In a pool with standbys it leaves the pool until it is up: a loaded standby serves
+        in its place, or, none loaded (a second fault within a restart), the first replica back does."""
         self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
         self.outages.lost(replica, cause, call_sent)
-        if self.roster.standby and replica not in self.roster.out:
+        if len(self.actors) > self.roster.target and replica not in self.roster.out:
             self._take_out(replica)
 
     def _take_out(self, replica: int) -> None:

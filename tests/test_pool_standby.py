@@ -121,3 +121,28 @@ def test_a_stopped_serving_replicas_call_is_not_hedged_to_the_standby_but_resent
         "found at its 2 s deadline, re-sent to the standby at once"
     assert (pool.hedged, pool.timed_out, pool.promoted) == (0, 1, 1)
     assert (pool.roster.serving, list(pool.roster.out)) == ([1], [0]), "killed, out until Ray has restarted it"
+
+
+def test_a_replica_back_from_its_restart_serves_at_once_when_the_standby_that_replaced_it_is_lost_too(ray_session):
+    """Two faults in one pool within a restart: the second finds no standby loaded. The first lost replica, the first
+    back, must take the call then, not stand by beside a dead serving replica until that one has restarted too."""
+    actors = _up(ray_session, ("first", RESTART_S), ("second", RESTART_S))
+    pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0, serving=1)
+    call = pool.call("echo", 1, 1.0)  # each kill finds a call in flight: that is how the pool notices it
+    time.sleep(0.3)
+    first_killed = time.monotonic()
+    ray_session.kill(actors[0], no_restart=False)
+    drive_until_settled(pool, call)
+    assert call.value == (1, "second"), "promoted at once"
+    call = pool.call("echo", 2, 1.0)
+    time.sleep(max(first_killed + 0.75 * RESTART_S - time.monotonic(), 0.3))
+    second_killed = time.monotonic()
+    ray_session.kill(actors[1], no_restart=False)
+    drive_until_settled(pool, call)
+    answered_s = time.monotonic() - second_killed
+    assert call.value == (2, "first") and answered_s < RESTART_S, \
+        f"answered {answered_s:.1f} s after the second kill, not before its {RESTART_S:g} s restart ({call.error})"
+    while 0 in pool.roster.out and time.monotonic() < second_killed + 60:
+        time.sleep(0.2)
+        pool.check_health()
+    assert pool.roster.serving == [0], "the first replica back serves (the other stands by once it is back)"
