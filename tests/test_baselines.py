@@ -9,7 +9,7 @@ from mmrag.config import RerankerConfig
 from mmrag.data.dataset import Question
 from mmrag.data.render import render_entity
 from mmrag.data.world import Entity
-from mmrag.evaluation.baselines import FixedBaseline, best_fixed, choose_k, sight_reordered
+from mmrag.evaluation.baselines import FixedBaseline, best_fixed, choose_k, query_texts, sight_reordered
 from mmrag.models.reranker import AdaptiveReranker, seen_description
 from mmrag.retrieval.hit import Hit
 
@@ -45,3 +45,10 @@ def test_sight_reordering_puts_the_passage_stating_what_the_reader_sees_above_a_
     far_apart = [dataclasses.replace(hits[0], score=3.0), *hits[1:]]
     assert [hit.doc_id for hit in sight_reordered(SimpleNamespace(reranker=reranker), [question], [far_apart])[0]] \
         == ["d1", "d0", "d2"]
+
+
+def test_the_sight_query_is_what_the_reader_sees_followed_by_the_question():
+    question = Question("q0", render_entity(Entity("e0", "Ada Lind", "circle", "red", "striped", "grey")),
+                        "When was this built?", ["1901"])
+    assert query_texts("sight+question", [question], ["red striped circle pictured on grey"]) == [
+        "red striped circle pictured on grey when was this built"]

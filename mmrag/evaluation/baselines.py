@@ -9,10 +9,12 @@ never retrieving). The query forms:
   caption+question   that response followed by the question, lower-cased
   image              the question image itself, through the encoder's image tower, against the KB index
 
-With a reranker that reads with a visual reader (`reranker.visual_reader`), one more: the best
-form's candidates reordered by their retrieval score plus the cosine of their text with what the
-reader sees in the question image (`sight_reordered`): the reranker's strongest input, at a fixed
-equal weight, so a trained reranker is measured against what that input gives untrained.
+With a reranker that reads with a visual reader (`reranker.visual_reader`), two more: the query
+form `sight+question`, what the reader sees in the question image (`seen_description`) followed by
+the question, which uses the generator's eye as the query writer (no trained component writes
+queries with it: the translator is the captioner); and the best form's candidates reordered by
+their retrieval score plus the cosine of their text with what the reader sees (`sight_reordered`):
+the reranker's prior, so a trained reranker is measured against what that input gives untrained.
 
 Each question is translated and retrieved once per form; only the generator and the
 reward run once per k. `choose_k` picks k on the val split's mean reward alone, and the
@@ -39,6 +41,7 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
 QUERY_FORMS = ("question", "caption", "caption+question", "image")
+SIGHT_FORM = "sight+question"
 
 
 @dataclass(frozen=True)
@@ -89,15 +92,25 @@ def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
 
 
 def query_texts(form: str, questions: list[Question], responses: list[str]) -> list[str]:
-    """The text query of a form (not `image`), one per question."""
+    """The text query of a form (not `image`), one per question; `responses` are the captions, or for
+    `sight+question` the `sight_descriptions`."""
     forms: dict[str, Callable[[Question, str], str]] = {
         "question": lambda q, caption: q.question,
         "caption": lambda q, caption: caption,
         "caption+question": lambda q, caption: f"{caption} {question_in_query(q.question)}",
+        "sight+question": lambda q, sight: f"{sight} {question_in_query(q.question)}",
     }
     if form not in forms:
         raise ValueError(f"query form {form!r}: expected one of {sorted(forms)}")
     return [forms[form](q, caption) for q, caption in zip(questions, responses)]
+
+
+def sight_descriptions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
+    """What the reranker's visual reader sees in each question image, in its backbone's wording."""
+    readings = []
+    for start in range(0, len(questions), BATCH):
+        readings.extend(pipeline.reranker.visual_reader.read([q.image for q in questions[start:start + BATCH]]))
+    return [seen_description(reading) for reading in readings]
 
 
 def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], responses: list[str]) -> list[list[Hit]]:
@@ -106,6 +119,9 @@ def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], resp
     if form == "image":
         encode = pipeline.encoder.encode_images
         queries: list = [q.image for q in questions]
+    elif form == SIGHT_FORM:
+        encode = pipeline.encoder.encode_texts
+        queries = query_texts(form, questions, sight_descriptions(pipeline, questions))
     else:
         encode = pipeline.encoder.encode_texts
         queries = query_texts(form, questions, responses)
@@ -119,12 +135,13 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
     """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle."""
     splits = {"val": val, "test": test}
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
+    sighted = pipeline.reranker.visual_reader is not None
     baselines, hits = [], {}
-    for form in QUERY_FORMS:
+    for form in (*QUERY_FORMS, SIGHT_FORM) if sighted else QUERY_FORMS:
         hits[form] = {split: retrieve(pipeline, form, questions, responses[split]) for split, questions in splits.items()}
         baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
     shipped = best_fixed(baselines)
-    if pipeline.reranker.visual_reader is not None:
+    if sighted:
         reordered = {split: sight_reordered(pipeline, questions, hits[shipped.name][split])
                      for split, questions in splits.items()}
         baselines.append(scored_baseline(pipeline, f"{shipped.name}, reordered by sight", splits, reordered))
