@@ -125,7 +125,8 @@ def main() -> None:
     records = []
     for head in args.heads:
         torch.manual_seed(args.seed)
-        reranker = AdaptiveReranker(pipeline.reranker.encoder, dataclasses.replace(cfg.reranker, head=head))
+        reranker = AdaptiveReranker(pipeline.reranker.encoder, dataclasses.replace(cfg.reranker, head=head),
+                                    pipeline.reranker.visual_reader)
         records.append({"head": head, "when": "start", "train": measure(reranker, train), "val": measure(reranker, val)})
         fit(reranker, train, args.steps, cfg.reranker.lr, args.seed)
         records.append({"head": head, "when": f"fitted ({args.steps} steps)", "train": measure(reranker, train),

@@ -178,6 +178,13 @@ class RerankerConfig:
     `zoo:tiny-clip`, never fitted on v2's synonyms (on v2's held-out wording it matched a query to its passage 26 %
     of the time, against 98 % for tiny-clip-v2). Switching (60 steps, val 320 questions, seeds 0-3, paired): val
     +0.014 +- 0.012; gold-label top-1 (`benchmarks/reranker_heads.py`) 0.377 -> 0.404 (docs/LEARNING.md)."""
+    visual_reader: str = "zoo:visual-reader"
+    """Frozen eye the reranker reads the question image with (the grounded generator's, `generator.visual_reader`;
+    empty: none). What it sees, described in the backbone's wording and embedded by its text tower, is compared
+    with each candidate (`mmrag.models.similarity_head`): near-duplicates differ only in texture, which tiny-clip's
+    image tower barely tells apart. On val's fact questions (60 steps' worth of candidates, greedy query), the
+    candidate closest to that description belongs to the pictured entity for 72 % of them, the retriever's first
+    for 42 %, the candidate closest to the question image for 47 % (docs/LEARNING.md)."""
     backbone: Literal["frozen", "lora"] = "frozen"
     """Keep the CLIP backbone frozen, or tune LoRA adapters on it. Frozen by default: fitted on gold labels on world
     v2 (the similarity head, lr 6e-3), LoRA on the text tower reached val top-1 0.395 after 200 steps against the
@@ -195,8 +202,10 @@ class RerankerConfig:
     """`backbone: lora`: LoRA rank r on the text tower's MLP layers (c_fc, c_proj)."""
     lora_alpha: int = 16
     """`backbone: lora`: LoRA scaling alpha."""
-    max_docs: int = 3
-    """Most documents a selection may keep (STOP is forced after this many)."""
+    max_docs: int = 5
+    """Most documents a selection may keep (STOP is forced after this many). 5, the most the fixed pipelines read
+    (`K_CHOICES`): on world v2 the best fixed pipeline reads 5, and a reranker capped at 3 could not match it (val,
+    200 questions, 60 steps, seeds 0 / 1: 0.600 / 0.610 at 5 against 0.555 / 0.570 at 3; docs/LEARNING.md)."""
     num_samples: int = 4
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0

@@ -41,7 +41,8 @@ def logsumexp(*values: float) -> float:
     return math.log(sum(math.exp(v) for v in values))
 
 
-# Selection (0,) then STOP (max_docs 2), and the empty selection, at temperature 2.
+# Selection (0,) then STOP (max_docs 2, no visual reader: logits from the retrieval scores alone), and the empty
+# selection, at temperature 2.
 LOGPROB_FIRST = STEP_1[0] - logsumexp(*STEP_1) + STEP_1[3] - logsumexp(*STEP_1[1:])
 LOGPROB_EMPTY = STEP_1[3] - logsumexp(*STEP_1)
 # d log P / d (logit_STOP / T): minus P(STOP) at each draw it could have taken, plus 1 where it was drawn.
@@ -52,7 +53,7 @@ STOP_GRAD_FIRST, STOP_GRAD_EMPTY = -STOP_FIRST + 1 - STOP_SECOND, 1 - STOP_FIRST
 @pytest.fixture(scope="module")
 def reranker(zoo_dir) -> AdaptiveReranker:
     torch.manual_seed(0)
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2)
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2, visual_reader="")
     return AdaptiveReranker.from_config(cfg, zoo_dir)
 
 

@@ -17,7 +17,7 @@ def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(tiny_export
     from mmrag import Pipeline
     from mmrag.training.evaluate import greedy_batch
 
-    _, export, offline_pipeline = tiny_export
+    cfg, export, offline_pipeline = tiny_export
     questions = load_questions(synth_dir, "test")[:3]
     offline = greedy_batch(offline_pipeline, questions)
     monkeypatch.chdir(tmp_path)  # the export's config names its index and zoo by absolute path
@@ -34,8 +34,9 @@ def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(tiny_export
     assert [(r.answer, r.query, [e.doc_id for e in r.evidence]) for r in batch] == [
         (row["answer"], row["query"], row["selected"]) for row in offline]
     assert pipeline.answer(questions[0].image, questions[0].question, max_docs=0).evidence == []
-    with pytest.raises(ValueError, match="max_docs: expected 0..3"):
-        pipeline.answer(questions[0].image, questions[0].question, max_docs=4)
+    most = cfg.reranker.max_docs
+    with pytest.raises(ValueError, match=f"max_docs: expected 0..{most}"):
+        pipeline.answer(questions[0].image, questions[0].question, max_docs=most + 1)
     with pytest.raises(ValueError, match="2 images but 1 questions"):
         pipeline.answer_batch([questions[0].image] * 2, ["why?"])
 

@@ -13,7 +13,9 @@ from PIL import Image
 
 from mmrag.config import RerankerConfig
 from mmrag.data.dataset import encode_image
-from mmrag.models.reranker import AdaptiveReranker, Candidate
+from mmrag.data.render import render_entity
+from mmrag.data.world import Entity
+from mmrag.models.reranker import AdaptiveReranker, Candidate, seen_description
 from mmrag.rl.losses import pl_policy_loss
 from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import enumerate_selections
@@ -60,12 +62,18 @@ def featurize(reranker: AdaptiveReranker, candidates=CANDIDATES):
 
 @pytest.fixture(scope="module")
 def frozen(zoo_dir) -> AdaptiveReranker:
+    """Without a visual reader (its untrained logits are the retrieval scores', hand-computed below), at most 3."""
+    return make_reranker(zoo_dir, visual_reader="", max_docs=3)
+
+
+@pytest.fixture(scope="module")
+def sighted(zoo_dir) -> AdaptiveReranker:
     return make_reranker(zoo_dir)
 
 
 @pytest.fixture(scope="module")
 def lora(zoo_dir) -> AdaptiveReranker:
-    return make_reranker(zoo_dir, backbone="lora", head="cross_attention", max_docs=2)
+    return make_reranker(zoo_dir, backbone="lora", head="cross_attention", max_docs=2, visual_reader="")
 
 
 def test_untrained_logits_are_retrieval_scores_and_stop_anchor(frozen):
@@ -82,6 +90,32 @@ def test_untrained_logits_are_retrieval_scores_and_stop_anchor(frozen):
     # Candidates: score / 0.05. STOP: midpoint of the 2nd and 3rd (row 1: its only logit - 1.5).
     expected = torch.tensor([[5.4, 6.2, 5.8, 5.6], [4.4, -math.inf, -math.inf, 2.9]])
     assert torch.allclose(logits.detach(), expected, atol=1e-4)
+
+
+def test_the_seen_vector_embeds_what_the_visual_reader_reads_in_the_question_image(sighted):
+    frozen = sighted
+    pictured = [Entity("e0", "Ada Lind", "circle", "red", "striped", "grey"),
+                Entity("e1", "Bo Lind", "square", "blue", "dotted", "teal")]
+    images = [render_entity(entity) for entity in pictured]
+    batch = frozen.featurize(images, QUESTIONS, QUERIES, CANDIDATES)
+    readings = frozen.visual_reader.read(images)
+    expected = frozen.encoder.encode_texts([seen_description(reading) for reading in readings])
+    assert torch.allclose(batch.seen_features, torch.from_numpy(expected), atol=1e-6)
+    assert [seen_description(r) for r in readings][0] == "red striped circle pictured on grey"
+    assert torch.equal(frozen.candidate_features(batch).seen, batch.seen_features)
+
+
+def test_without_a_visual_reader_the_seen_vector_is_zero(frozen):
+    assert frozen.visual_reader is None
+    assert featurize(frozen).seen_features.abs().sum() == 0
+
+
+def test_an_untrained_sighted_reranker_ranks_by_retrieval_score_plus_sight(sighted):
+    batch = featurize(sighted)
+    sight = torch.einsum("bkd,bd->bk", batch.text_features[:, 2:], batch.seen_features)
+    assert sight[0].abs().min() > 0
+    expected = ((batch.retrieval_scores + sight) / 0.05).masked_fill(~batch.mask, -math.inf)
+    assert torch.allclose(sighted.logits(batch)[:, :-1].detach(), expected, atol=1e-4)
 
 
 def test_rows_without_candidates_always_stop(frozen):

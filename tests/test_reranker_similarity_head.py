@@ -24,11 +24,11 @@ def unit(*coordinates: float) -> torch.Tensor:
     return vector / vector.norm()
 
 
-def features_of(question_image, question, query, doc_text, doc_image, scores) -> CandidateFeatures:
+def features_of(question_image, question, query, doc_text, doc_image, scores, seen) -> CandidateFeatures:
     """One row (B = 1) of hand-built vectors."""
     return CandidateFeatures(torch.stack([question_image, question, query]).unsqueeze(0),
                              torch.stack(doc_text).unsqueeze(0), torch.stack(doc_image).unsqueeze(0),
-                             torch.tensor([scores]), torch.ones(1, len(scores), dtype=torch.bool))
+                             torch.tensor([scores]), torch.ones(1, len(scores), dtype=torch.bool), seen.unsqueeze(0))
 
 
 def column(name: str) -> int:
@@ -37,8 +37,9 @@ def column(name: str) -> int:
 
 ZERO = torch.zeros(DIM)
 ROW = features_of(unit(1), unit(0, 1), unit(1, 1), [unit(1), unit(1), unit(0, 1)], [unit(1), ZERO, ZERO],
-                  [0.5, 0.4, 0.2])
-"""Three candidates: a pictured passage matching the question image, its text-only twin, and an unrelated one."""
+                  [0.5, 0.4, 0.2], seen=unit(0, 0, 1))
+"""Three candidates: a pictured passage matching the question image, its text-only twin, and an unrelated one;
+what the visual reader sees is stated by none of them."""
 
 
 def test_relational_inputs_are_the_hand_computed_similarities_gaps_ranks_and_redundancy():
@@ -47,6 +48,7 @@ def test_relational_inputs_are_the_hand_computed_similarities_gaps_ranks_and_red
     assert inputs[:, column("question_image~text")].tolist() == pytest.approx([scale, scale, 0.0])
     assert inputs[:, column("question_image~image")].tolist() == pytest.approx([scale, 0.0, 0.0])
     assert inputs[:, column("query~text")].tolist() == pytest.approx([scale / math.sqrt(2)] * 3)
+    assert inputs[:, column("seen~text")].tolist() == pytest.approx([0.0, 0.0, 0.0])
     assert inputs[:, column("question~text-best")].tolist() == pytest.approx([-scale, -scale, 0.0])
     assert inputs[:, column("has_image")].tolist() == [1.0, 0.0, 0.0]
     assert inputs[:, column("score-top")].tolist() == pytest.approx([0.0, -1.0, -3.0])
@@ -70,7 +72,7 @@ def test_every_untrained_head_scores_zero_and_its_stop_sits_at_the_anchor(head_c
     batch = CandidateFeatures(F.normalize(torch.randn(4, 3, DIM, generator=generator), dim=-1),
                               F.normalize(torch.randn(4, 5, DIM, generator=generator), dim=-1),
                               torch.zeros(4, 5, DIM), torch.rand(4, 5, generator=generator),
-                              torch.ones(4, 5, dtype=torch.bool))
+                              torch.ones(4, 5, dtype=torch.bool), F.normalize(torch.randn(4, DIM, generator=generator), dim=-1))
     correction = head(batch)
     assert correction.abs().max().item() == 0.0
     logits = batch.retrieval_scores / TEMPERATURE + correction
@@ -135,7 +137,7 @@ def entity_world(entities: torch.Tensor, relations: torch.Tensor, rows: int, see
     query = torch.stack([image, relations[asked], image], dim=1)
     scores = 0.3 + 0.01 * torch.rand(rows, 6, generator=generator)
     return CandidateFeatures(query, doc_text, torch.zeros_like(doc_text), scores,
-                             torch.ones(rows, 6, dtype=torch.bool)), gold
+                             torch.ones(rows, 6, dtype=torch.bool), torch.zeros(rows, DIM)), gold
 
 
 def test_what_the_head_learns_from_gold_labels_carries_over_to_unseen_entities():

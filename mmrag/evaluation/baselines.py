@@ -9,6 +9,13 @@ never retrieving). The query forms:
   caption+question   that response followed by the question, lower-cased
   image              the question image itself, through the encoder's image tower, against the KB index
 
+With a reranker that reads with a visual reader (`reranker.visual_reader`), two more: the query
+form `sight+question`, what the reader sees in the question image (`seen_description`) followed by
+the question, which uses the generator's eye as the query writer (no trained component writes
+queries with it: the translator is the captioner); and the best form's candidates reordered by
+their retrieval score plus the cosine of their text with what the reader sees (`sight_reordered`):
+the reranker's prior, so a trained reranker is measured against what that input gives untrained.
+
 Each question is translated and retrieved once per form; only the generator and the
 reward run once per k. `choose_k` picks k on the val split's mean reward alone, and the
 test split is then read at that k (`FixedBaseline`): nothing about a test question can move
@@ -21,8 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mmrag.data.dataset import Question
 from mmrag.evaluation.settings import gold_doc_hits
+from mmrag.models.reranker import seen_description
 from mmrag.models.translator import question_in_query
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import summarize_by_kind
@@ -31,6 +41,7 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
 QUERY_FORMS = ("question", "caption", "caption+question", "image")
+SIGHT_FORM = "sight+question"
 
 
 @dataclass(frozen=True)
@@ -81,15 +92,25 @@ def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
 
 
 def query_texts(form: str, questions: list[Question], responses: list[str]) -> list[str]:
-    """The text query of a form (not `image`), one per question."""
+    """The text query of a form (not `image`), one per question; `responses` are the captions, or for
+    `sight+question` the `sight_descriptions`."""
     forms: dict[str, Callable[[Question, str], str]] = {
         "question": lambda q, caption: q.question,
         "caption": lambda q, caption: caption,
         "caption+question": lambda q, caption: f"{caption} {question_in_query(q.question)}",
+        "sight+question": lambda q, sight: f"{sight} {question_in_query(q.question)}",
     }
     if form not in forms:
         raise ValueError(f"query form {form!r}: expected one of {sorted(forms)}")
     return [forms[form](q, caption) for q, caption in zip(questions, responses)]
+
+
+def sight_descriptions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
+    """What the reranker's visual reader sees in each question image, in its backbone's wording."""
+    readings = []
+    for start in range(0, len(questions), BATCH):
+        readings.extend(pipeline.reranker.visual_reader.read([q.image for q in questions[start:start + BATCH]]))
+    return [seen_description(reading) for reading in readings]
 
 
 def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], responses: list[str]) -> list[list[Hit]]:
@@ -98,6 +119,9 @@ def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], resp
     if form == "image":
         encode = pipeline.encoder.encode_images
         queries: list = [q.image for q in questions]
+    elif form == SIGHT_FORM:
+        encode = pipeline.encoder.encode_texts
+        queries = query_texts(form, questions, sight_descriptions(pipeline, questions))
     else:
         encode = pipeline.encoder.encode_texts
         queries = query_texts(form, questions, responses)
@@ -111,19 +135,46 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
     """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle."""
     splits = {"val": val, "test": test}
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
-    baselines = []
-    for form in QUERY_FORMS:
-        scored = {split: records_by_k(pipeline, questions, retrieve(pipeline, form, questions, responses[split]))
-                  for split, questions in splits.items()}
-        baselines.append(FixedBaseline(form, mean_reward_by_k(scored["val"]), mean_reward_by_k(scored["test"]),
-                                       kinds_by_k(scored["test"])))
+    sighted = pipeline.reranker.visual_reader is not None
+    baselines, hits = [], {}
+    for form in (*QUERY_FORMS, SIGHT_FORM) if sighted else QUERY_FORMS:
+        hits[form] = {split: retrieve(pipeline, form, questions, responses[split]) for split, questions in splits.items()}
+        baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
     shipped = best_fixed(baselines)
+    if sighted:
+        reordered = {split: sight_reordered(pipeline, questions, hits[shipped.name][split])
+                     for split, questions in splits.items()}
+        baselines.append(scored_baseline(pipeline, f"{shipped.name}, reordered by sight", splits, reordered))
     every = max(K_CHOICES)
     oracle = {split: oracle_records(pipeline, questions) for split, questions in splits.items()}
     return [*baselines, fixed_at(shipped, 0, "never-retrieve"),
             fixed_at(shipped, every, f"always-retrieve ({shipped.name}, top {every})"),
             FixedBaseline("oracle", mean_reward_by_k(oracle["val"]), mean_reward_by_k(oracle["test"]),
                           kinds_by_k(oracle["test"]))]
+
+
+def scored_baseline(pipeline: LocalPipeline, name: str, splits: dict[str, list[Question]],
+                    hits: dict[str, list[list[Hit]]]) -> FixedBaseline:
+    """The top k of `hits` for every k of `K_CHOICES`, on val and test."""
+    scored = {split: records_by_k(pipeline, questions, hits[split]) for split, questions in splits.items()}
+    return FixedBaseline(name, mean_reward_by_k(scored["val"]), mean_reward_by_k(scored["test"]),
+                         kinds_by_k(scored["test"]))
+
+
+def sight_reordered(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]]) -> list[list[Hit]]:
+    """Each row by retrieval score + cos(document text, `seen_description` of the question image), both embedded
+    by the reranker's backbone: one fixed weight, nothing fitted."""
+    reranker = pipeline.reranker
+    rows = []
+    for start in range(0, len(questions), BATCH):
+        batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
+        readings = reranker.visual_reader.read([q.image for q in batch])
+        seen = reranker.encoder.encode_texts([seen_description(reading) for reading in readings])
+        for row, sight in zip(batch_hits, seen):
+            texts = reranker.encoder.encode_texts([hit.text for hit in row]) if row else np.zeros((0, len(sight)))
+            score = np.array([hit.score for hit in row]) + texts @ sight  # the untrained reranker's prior
+            rows.append([row[j] for j in np.argsort(-score, kind="stable")])
+    return rows
 
 
 def fixed_at(baseline: FixedBaseline, k: int, name: str) -> FixedBaseline:

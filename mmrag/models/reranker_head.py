@@ -3,11 +3,12 @@
 Sits between the CLIP features (`mmrag.models.reranker.AdaptiveReranker.featurize`) and the
 Plackett-Luce policy: a head maps `CandidateFeatures` (query features [B, 3, D]: question image,
 question text, translated query; each document's text and image vectors [B, K, D]; the retrieval
-scores) to a correction [B, K] that is added to the retrieval logits, and names what the STOP
-scorer reads (`stop_inputs`); `StopScorer` gives the STOP item's logit, a data-dependent anchor
-plus a learned offset. Every output layer starts at zero, so an untrained reranker ranks exactly
-like the retriever and keeps its top 2 candidates when greedy. The relational head that
-generalises across entities is `mmrag.models.similarity_head`.
+scores; the text vector of the visual reader's description of the question image [B, D]) to a
+correction [B, K] that is added to the retrieval logits, and names what the STOP scorer reads
+(`stop_inputs`); `StopScorer` gives the STOP item's logit, a data-dependent anchor plus a learned
+offset. Every output layer starts at zero, so an untrained reranker ranks exactly like the retriever
+and keeps its top 2 candidates when greedy. The relational head that generalises across entities is
+`mmrag.models.similarity_head`.
 """
 
 from __future__ import annotations
@@ -39,11 +40,19 @@ class CandidateFeatures:
     """[B, K]: the retriever's inner-product scores, in retrieval order (0 at padding)."""
     mask: torch.Tensor
     """[B, K] bool: real candidates."""
+    seen: torch.Tensor
+    """[B, D]: the text vector of what the visual reader sees in the question image, described in the backbone's
+    own wording (`mmrag.models.reranker.seen_description`); zeros without a reader."""
 
     @property
     def docs(self) -> torch.Tensor:
         """[B, K, D]: text and image fused by normalised mean, as the index embeds a document."""
         return F.normalize(self.doc_text + self.doc_image, dim=-1)
+
+    @property
+    def sight(self) -> torch.Tensor:
+        """[B, K]: cosine of each document's text with what the visual reader sees (0 without a reader)."""
+        return torch.einsum("bkd,bd->bk", self.doc_text, self.seen)
 
     @property
     def has_image(self) -> torch.Tensor:

@@ -4,8 +4,9 @@
 labels, the MLP head's val top-1 fell below retrieval order: docs/LEARNING.md). This one scores candidate j
 from entity-agnostic inputs only:
 
-* the cosine similarity of each query-side vector (question image, question text, translated query) with the
-  document's text, image and fused vectors, and each of those minus its best value in the candidate list;
+* the cosine similarity of each query-side vector (question image, question text, translated query, and the
+  visual reader's description of the question image: what tells near-duplicates apart) with the document's text,
+  image and fused vectors, and each of those minus its best value in the candidate list;
 * a learned low-rank (16) bilinear match of the question text with the document text (which relation it states;
   the one input that projects a document vector, so the one that could memorise; without it the gold-label
   top-1 on val was 0.318 instead of 0.386);
@@ -42,7 +43,7 @@ RELATION_RANK = 16
 KIND_DIM = 16
 """Size of the question-text embedding that conditions the candidate scorer."""
 
-QUERY_SIDE = ("question_image", "question", "query")
+QUERY_SIDE = ("question_image", "question", "query", "seen")
 DOC_SIDE = ("text", "image", "fused")
 SIMILARITY_NAMES = tuple(f"{q}~{d}" for q in QUERY_SIDE for d in DOC_SIDE)
 """Cosine similarity of each query-side vector with each of the document's vectors, in `relational_features`
@@ -91,7 +92,8 @@ def relational_features(features: CandidateFeatures) -> torch.Tensor:
     """[B, K, len(FEATURE_NAMES)]: every fixed entity-agnostic input of candidate j (zeros at padding)."""
     mask = features.mask
     doc_vectors = torch.stack([features.doc_text, features.doc_image, features.docs], dim=2)  # [B, K, 3, D]
-    similarities = torch.einsum("bqd,bkvd->bkqv", features.query, doc_vectors).flatten(2) * SIMILARITY_SCALE
+    query_side = torch.cat([features.query, features.seen.unsqueeze(1)], dim=1)  # [B, 4, D], QUERY_SIDE order
+    similarities = torch.einsum("bqd,bkvd->bkqv", query_side, doc_vectors).flatten(2) * SIMILARITY_SCALE
     relative = similarities - masked_max(similarities, mask)
     scores = features.retrieval_scores.unsqueeze(-1)
     gap = (scores - masked_max(scores, mask)) * SIMILARITY_SCALE

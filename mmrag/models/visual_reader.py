@@ -55,7 +55,8 @@ class VisualReader(nn.Module):
         """Per image: attribute -> the word it reads (the canonical word of `VOCABULARIES`)."""
         if not images:
             return []
-        logits = self.eval()(image_tensor(images))
+        device = next(self.parameters()).device
+        logits = self.eval()(image_tensor(images).to(device))
         best = {a: logits[a].argmax(dim=1).tolist() for a in ATTRIBUTES}
         return [{a: VOCABULARIES[a][best[a][i]] for a in ATTRIBUTES} for i in range(len(images))]
 
@@ -67,6 +68,9 @@ class VisualReader(nn.Module):
 def load_visual_reader(directory: str | Path) -> VisualReader:
     directory = Path(directory)
     config = json.loads((directory / CONFIG_FILE).read_text())
-    model = VisualReader(width=config["width"])
-    model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+    # Built on the meta device and given the saved tensors: loading draws nothing from torch's RNG, so a model
+    # initialised after it (the reranker's head) is the same with or without a reader.
+    with torch.device("meta"):
+        model = VisualReader(width=config["width"])
+    model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)), assign=True)
     return model.eval().requires_grad_(False)
