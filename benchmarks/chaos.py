@@ -317,7 +317,7 @@ def main() -> None:
                   if (r["replicas"], r["standby"]) == deployments[-1]}}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
-        f"Machine: {machine(with_load=True)} (other engineers' training shares the cores). Config "
+        f"Machine: {machine(with_load=True)} (the load includes the run's own actors). Config "
         f"{config_in_words(args.config, args.overrides)}; {args.steps} steps per run; "
         f"{' or '.join(map(str, sorted({n for n, _ in deployments})))} serving replica(s) of every stage pool and of "
         f"every retrieval shard (`replicas`) and {' or '.join(map(str, sorted({s for _, s in deployments})))} "
