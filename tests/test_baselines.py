@@ -38,8 +38,8 @@ def test_sight_reordering_puts_the_passage_stating_what_the_reader_sees_above_a_
     question = Question("q0", render_entity(pictured), "When was this built?", ["1901"], "e0", ["d0"])
     seen = seen_description(reranker.visual_reader.read([question.image])[0])
     twin = seen.replace("striped", "dotted")
-    hits = [Hit(doc, "", text, None, "e", score, j)
-            for j, (doc, text, score) in enumerate([("d1", twin, 0.50), ("d0", seen, 0.49), ("d2", "a tall tower", 0.30)])]
+    rows = [("d1", twin, 0.50), ("d0", seen, 0.49), ("d2", "a tall tower", 0.30)]
+    hits = [Hit(doc, "", text, None, "e", score, j) for j, (doc, text, score) in enumerate(rows)]
     reordered = sight_reordered(SimpleNamespace(reranker=reranker), [question], [hits])
     assert [hit.doc_id for hit in reordered[0]] == ["d0", "d1", "d2"]
     far_apart = [dataclasses.replace(hits[0], score=3.0), *hits[1:]]

@@ -72,7 +72,8 @@ def test_every_untrained_head_scores_zero_and_its_stop_sits_at_the_anchor(head_c
     batch = CandidateFeatures(F.normalize(torch.randn(4, 3, DIM, generator=generator), dim=-1),
                               F.normalize(torch.randn(4, 5, DIM, generator=generator), dim=-1),
                               torch.zeros(4, 5, DIM), torch.rand(4, 5, generator=generator),
-                              torch.ones(4, 5, dtype=torch.bool), F.normalize(torch.randn(4, DIM, generator=generator), dim=-1))
+                              torch.ones(4, 5, dtype=torch.bool),
+                              F.normalize(torch.randn(4, DIM, generator=generator), dim=-1))
     correction = head(batch)
     assert correction.abs().max().item() == 0.0
     logits = batch.retrieval_scores / TEMPERATURE + correction

@@ -138,7 +138,8 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
     sighted = pipeline.reranker.visual_reader is not None
     baselines, hits = [], {}
     for form in (*QUERY_FORMS, SIGHT_FORM) if sighted else QUERY_FORMS:
-        hits[form] = {split: retrieve(pipeline, form, questions, responses[split]) for split, questions in splits.items()}
+        hits[form] = {split: retrieve(pipeline, form, questions, responses[split])
+                      for split, questions in splits.items()}
         baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
     shipped = best_fixed(baselines)
     if sighted:
