@@ -12,9 +12,10 @@ grounded generator's eye, `reranker.visual_reader`) sees in the question image, 
 the backbone's own wording and embedded by its text tower (`CandidateFeatures`). The
 head's and the STOP scorer's output layers start at zero, so an untrained reranker ranks by
 the prior: the retrieval score plus `sight`, the cosine of the document's text with what the
-visual reader sees (0 without a reader, which then ranks like the retriever). That prior is the
-best fixed pipeline on world v2's val (`mmrag.evaluation.baselines.sight_reordered`: 0.556
-against retrieval order's 0.444): training starts from it instead of having to find it.
+visual reader sees (0 without a reader, which then ranks like the retriever). Read at k = 5,
+that prior orders the caption+question candidates better than retrieval does on world v2's val
+(`mmrag.evaluation.baselines.sight_reordered`: 0.556 against 0.444): training starts from it
+instead of having to find it.
 
 The STOP anchor (our choice, see `mmrag.models.reranker_head.stop_anchor`) is the midpoint
 between the 2nd- and 3rd-highest candidate logits: greedy decoding of an untrained reranker
@@ -93,7 +94,7 @@ class RerankBatch:
     image_features: torch.Tensor
     """[B, 1 + K, D]: question image, then each document's image (zeros where it has none)."""
     seen_features: torch.Tensor
-    """[B, D]: the visual reader's description of the question image (frozen text tower); zeros without one."""
+    """[B, D]: the visual reader's description of the question image (embedded without gradients); zeros without one."""
     text_features: torch.Tensor | None
     """[B, 2 + K, D]: question, query, documents (zeros at padding); set with a frozen backbone."""
     text_tokens: torch.Tensor | None
@@ -189,7 +190,8 @@ class AdaptiveReranker(nn.Module):
 
     def _seen_features(self, images: Sequence[Image.Image]) -> torch.Tensor:
         """[B, D]: the text vector of `seen_description` of each question image, zeros without a visual reader.
-        Always the frozen text tower's, also under LoRA: a query-side vector, computed once like the image's."""
+        Computed once here without gradients, also under LoRA (by the tower as adapted then): a query-side
+        vector, like the question image's."""
         if self.visual_reader is None:
             return torch.zeros(len(images), self.encoder.dim)
         descriptions = [seen_description(reading) for reading in self.visual_reader.read(list(images))]
