@@ -94,7 +94,7 @@ class RerankBatch:
     image_features: torch.Tensor
     """[B, 1 + K, D]: question image, then each document's image (zeros where it has none)."""
     seen_features: torch.Tensor
-    """[B, D]: the visual reader's description of the question image (embedded without gradients); zeros without one."""
+    """[B, D]: the visual reader's description of the question image, embedded without gradients; zeros without one."""
     text_features: torch.Tensor | None
     """[B, 2 + K, D]: question, query, documents (zeros at padding); set with a frozen backbone."""
     text_tokens: torch.Tensor | None
