@@ -275,7 +275,7 @@ def malformed_corpus(good_image: bytes) -> list[tuple[str, dict, int, str]]:
         ("top_k is zero", body(options={"top_k": 0}), 422, "options.top_k"),
         ("top_k over the limit", body(options={"top_k": 21}), 422, "options.top_k"),
         ("max_docs negative", body(options={"max_docs": -1}), 422, "options.max_docs"),
-        ("max_docs over the trained limit", body(options={"max_docs": 4}), 422, "options.max_docs"),
+        ("max_docs over the trained limit", body(options={"max_docs": 6}), 422, "options.max_docs"),
         ("return_evidence is a string", body(options={"return_evidence": "yes"}), 422, "options.return_evidence"),
         ("upload without image", form({"question": (None, "why?")}, {}), 422, "image"),
         ("upload image as text", form({"x": (None, "")}, {"image": "abc", "question": "why?"}), 422, "x"),
