@@ -40,10 +40,10 @@ def test_sight_reordering_puts_the_passage_stating_what_the_reader_sees_above_a_
     twin = seen.replace("striped", "dotted")
     rows = [("d1", twin, 0.50), ("d0", seen, 0.49), ("d2", "a tall tower", 0.30)]
     hits = [Hit(doc, "", text, None, "e", score, j) for j, (doc, text, score) in enumerate(rows)]
-    reordered = sight_reordered(SimpleNamespace(reranker=reranker), [question], [hits])
+    reordered = sight_reordered(SimpleNamespace(reranker=reranker), [hits], [seen])
     assert [hit.doc_id for hit in reordered[0]] == ["d0", "d1", "d2"]
     far_apart = [dataclasses.replace(hits[0], score=3.0), *hits[1:]]
-    assert [hit.doc_id for hit in sight_reordered(SimpleNamespace(reranker=reranker), [question], [far_apart])[0]] \
+    assert [hit.doc_id for hit in sight_reordered(SimpleNamespace(reranker=reranker), [far_apart], [seen])[0]] \
         == ["d1", "d0", "d2"]
 
 

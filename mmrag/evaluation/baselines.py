@@ -32,7 +32,6 @@ import numpy as np
 
 from mmrag.data.dataset import Question
 from mmrag.evaluation.settings import gold_doc_hits
-from mmrag.models.reranker import seen_description
 from mmrag.models.translator import question_in_query
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import summarize_by_kind
@@ -107,21 +106,19 @@ def query_texts(form: str, questions: list[Question], responses: list[str]) -> l
 
 def sight_descriptions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
     """What the reranker's visual reader sees in each question image, in its backbone's wording."""
-    readings = []
+    descriptions = []
     for start in range(0, len(questions), BATCH):
-        readings.extend(pipeline.reranker.visual_reader.read([q.image for q in questions[start:start + BATCH]]))
-    return [seen_description(reading) for reading in readings]
+        descriptions.extend(pipeline.reranker.seen_descriptions([q.image for q in questions[start:start + BATCH]]))
+    return descriptions
 
 
 def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], responses: list[str]) -> list[list[Hit]]:
-    """The top-K documents (`index.top_k`) of each question's query of this form."""
+    """The top-K documents (`index.top_k`) of each question's query of this form (`responses` as `query_texts`
+    reads them)."""
     top_k = pipeline.cfg.index.top_k
     if form == "image":
         encode = pipeline.encoder.encode_images
         queries: list = [q.image for q in questions]
-    elif form == SIGHT_FORM:
-        encode = pipeline.encoder.encode_texts
-        queries = query_texts(form, questions, sight_descriptions(pipeline, questions))
     else:
         encode = pipeline.encoder.encode_texts
         queries = query_texts(form, questions, responses)
@@ -136,15 +133,15 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
     splits = {"val": val, "test": test}
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
     sighted = pipeline.reranker.visual_reader is not None
+    sights = {split: sight_descriptions(pipeline, questions) for split, questions in splits.items()} if sighted else {}
     baselines, hits = [], {}
     for form in (*QUERY_FORMS, SIGHT_FORM) if sighted else QUERY_FORMS:
-        hits[form] = {split: retrieve(pipeline, form, questions, responses[split])
-                      for split, questions in splits.items()}
+        texts = sights if form == SIGHT_FORM else responses
+        hits[form] = {split: retrieve(pipeline, form, questions, texts[split]) for split, questions in splits.items()}
         baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
     shipped = best_fixed(baselines)
     if sighted:
-        reordered = {split: sight_reordered(pipeline, questions, hits[shipped.name][split])
-                     for split, questions in splits.items()}
+        reordered = {split: sight_reordered(pipeline, hits[shipped.name][split], sights[split]) for split in splits}
         baselines.append(scored_baseline(pipeline, f"{shipped.name}, reordered by sight", splits, reordered))
     every = max(K_CHOICES)
     oracle = {split: oracle_records(pipeline, questions) for split, questions in splits.items()}
@@ -162,19 +159,15 @@ def scored_baseline(pipeline: LocalPipeline, name: str, splits: dict[str, list[Q
                          kinds_by_k(scored["test"]))
 
 
-def sight_reordered(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]]) -> list[list[Hit]]:
-    """Each row by retrieval score + cos(document text, `seen_description` of the question image), both embedded
+def sight_reordered(pipeline: LocalPipeline, hits: list[list[Hit]], sights: list[str]) -> list[list[Hit]]:
+    """Each row by retrieval score + cos(document text, its question's `sight_descriptions` entry), both embedded
     by the reranker's backbone: one fixed weight, nothing fitted."""
-    reranker = pipeline.reranker
+    encoder = pipeline.reranker.encoder
     rows = []
-    for start in range(0, len(questions), BATCH):
-        batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
-        readings = reranker.visual_reader.read([q.image for q in batch])
-        seen = reranker.encoder.encode_texts([seen_description(reading) for reading in readings])
-        for row, sight in zip(batch_hits, seen):
-            texts = reranker.encoder.encode_texts([hit.text for hit in row]) if row else np.zeros((0, len(sight)))
-            score = np.array([hit.score for hit in row]) + texts @ sight  # the untrained reranker's prior
-            rows.append([row[j] for j in np.argsort(-score, kind="stable")])
+    for row, sight in zip(hits, encoder.encode_texts(sights)):
+        texts = encoder.encode_texts([hit.text for hit in row]) if row else np.zeros((0, len(sight)))
+        score = np.array([hit.score for hit in row]) + texts @ sight  # the untrained reranker's prior
+        rows.append([row[j] for j in np.argsort(-score, kind="stable")])
     return rows
 
 

@@ -194,8 +194,12 @@ class AdaptiveReranker(nn.Module):
         vector, like the question image's."""
         if self.visual_reader is None:
             return torch.zeros(len(images), self.encoder.dim)
-        descriptions = [seen_description(reading) for reading in self.visual_reader.read(list(images))]
+        descriptions = self.seen_descriptions(images)
         return torch.from_numpy(self.encoder.encode_texts(descriptions)).reshape(len(images), self.encoder.dim)
+
+    def seen_descriptions(self, images: Sequence[Image.Image]) -> list[str]:
+        """`seen_description` of what the visual reader reads in each image (the reranker needs one)."""
+        return [seen_description(reading) for reading in self.visual_reader.read(list(images))]
 
     def _text_features(self, batch: RerankBatch) -> torch.Tensor:
         """[B, 2 + K, D]: cached with a frozen backbone, re-encoded with gradients with LoRA."""

@@ -6,8 +6,8 @@ question text, translated query; each document's text and image vectors [B, K, D
 scores; the text vector of the visual reader's description of the question image [B, D]) to a
 correction [B, K] that is added to the retrieval logits, and names what the STOP scorer reads
 (`stop_inputs`); `StopScorer` gives the STOP item's logit, a data-dependent anchor plus a learned
-offset. Every output layer starts at zero, so an untrained reranker ranks exactly like the retriever
-and keeps its top 2 candidates when greedy. The relational head that generalises across entities is
+offset. Every output layer starts at zero, so an untrained reranker ranks exactly by its prior (the
+retrieval score, plus `sight` with a visual reader) and keeps its top 2 candidates when greedy. The relational head that generalises across entities is
 `mmrag.models.similarity_head`.
 """
 
