@@ -72,7 +72,7 @@ from mmrag.data.synth import make_world
 from mmrag.model_refs import resolve
 from mmrag.models.generator import LVLMGenerator, build_generator
 from mmrag.models.lvlm import TORCH_DTYPES, chat_inputs, load_processor
-from mmrag.models.translator import QueryTemplate, QueryTranslator
+from mmrag.models.translator import QueryTranslator
 from mmrag.rl.losses import dpo_loss
 from mmrag.zoo.tiny_lvlm import (TINY_LVLM_IMAGE_SIZE, TINY_TEXT, TINY_VISION, build_model_config,
                                  qwen2vl_processor)
@@ -265,16 +265,15 @@ def query_texts(processor, passages: list[str], max_new_tokens: int) -> list[str
     return [tokenizer.decode(row[: max_new_tokens - 1]).strip() for row in ids]
 
 
-def dpo_pairs(questions: list[Question], evidence: list[list[str]], processor, cfg: Config):
+def dpo_pairs(questions: list[Question], evidence: list[list[str]], translator: QueryTranslator, cfg: Config):
     """(question, chosen, rejected): `train.max_pairs_per_question` pairs among N queries per question (responses
-    cut from passages, made queries by `translator.query_template`)."""
+    cut from passages, made queries by the translator's `translator.query_template`)."""
     n = cfg.translator.num_samples
-    template = QueryTemplate(cfg.translator.query_template)
     pairs = []
     for question, passages in zip(questions, evidence):
-        responses = query_texts(processor, list(itertools.islice(itertools.cycle(passages), n)),
+        responses = query_texts(translator.processor, list(itertools.islice(itertools.cycle(passages), n)),
                                 cfg.translator.max_new_tokens)
-        queries = [template.query(response, question.question) for response in responses]
+        queries = translator.queries([question.image] * n, [question.question] * n, responses)
         chosen_rejected = itertools.islice(itertools.combinations(range(n), 2), cfg.train.max_pairs_per_question)
         pairs.extend((question, queries[i], queries[j]) for i, j in chosen_rejected)
     return pairs
@@ -397,7 +396,7 @@ def run_translator(size: ModelSize, cfg: Config, batch: int, device: str, bar: t
                         lambda count: measure_sampling(translator, questions[:count], device), batch, device, bar)
     step = measured(f"translator {size.name}: DPO step",
                     lambda count: measure_dpo_step(
-                        translator, dpo_pairs(questions[:count], evidence[:count], translator.processor, cfg),
+                        translator, dpo_pairs(questions[:count], evidence[:count], translator, cfg),
                         cfg, device),
                     batch, device, bar)
     del translator

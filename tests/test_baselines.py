@@ -10,7 +10,8 @@ from mmrag.data.dataset import Question
 from mmrag.data.render import render_entity
 from mmrag.data.world import Entity
 from mmrag.evaluation.baselines import FixedBaseline, best_fixed, choose_k, query_texts, sight_reordered
-from mmrag.models.reranker import AdaptiveReranker, seen_description
+from mmrag.models.reranker import AdaptiveReranker
+from mmrag.models.visual_reader import seen_description
 from mmrag.retrieval.hit import Hit
 
 

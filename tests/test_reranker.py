@@ -15,7 +15,8 @@ from mmrag.config import RerankerConfig
 from mmrag.data.dataset import encode_image
 from mmrag.data.render import render_entity
 from mmrag.data.world import Entity
-from mmrag.models.reranker import AdaptiveReranker, Candidate, seen_description
+from mmrag.models.reranker import AdaptiveReranker, Candidate
+from mmrag.models.visual_reader import seen_description
 from mmrag.rl.losses import pl_policy_loss
 from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import enumerate_selections

@@ -17,6 +17,7 @@ from PIL import Image
 from mmrag.config import LoraConfig, TranslatorConfig
 from mmrag.models import lvlm
 from mmrag.models.translator import QueryTemplate, QueryTranslator
+from mmrag.models.visual_reader import seen_description
 from mmrag.training.stages import QuestionTable
 
 QUESTIONS = ["When was this built?", "Who was the architect of this?"]
@@ -237,14 +238,16 @@ def test_export_reload_gives_identical_greedy_queries(tiny_lvlm_path, zoo_dir, i
         )
 
 
-def test_default_query_is_the_response_then_the_question_and_only_the_response_is_scored(tiny_lvlm_path, zoo_dir,
-                                                                                        images):
+def test_default_query_is_what_the_reader_sees_then_the_response_then_the_question_and_only_the_response_is_scored(
+        tiny_lvlm_path, zoo_dir, images):
     translator = QueryTranslator.from_config(dataclasses.replace(make_config(tiny_lvlm_path),
                                                                  query_template=TranslatorConfig().query_template),
                                              zoo_dir)
     responses = QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir).greedy(images, QUESTIONS)
+    seen = [seen_description(reading) for reading in translator.visual_reader.read(images)]
     queries = translator.greedy(images, QUESTIONS)
-    assert queries == [f"{responses[0]} when was this built", f"{responses[1]} who was the architect of this"]
+    assert queries == [f"{seen[0]} {responses[0]} when was this built",
+                       f"{seen[1]} {responses[1]} who was the architect of this"]
     with torch.no_grad():
         scored = translator.logprobs(images, QUESTIONS, queries)
         alone = lvlm.sequence_logprobs(translator.model, translator.processor, images, translator.prompts(QUESTIONS),
@@ -252,7 +255,16 @@ def test_default_query_is_the_response_then_the_question_and_only_the_response_i
     assert torch.allclose(scored, alone, atol=1e-5)
     torch.manual_seed(3)
     sampled = translator.sample(images, QUESTIONS, n=2)
-    assert all(s.text.endswith(" when was this built") for s in sampled[0])
+    assert all(s.text.startswith(f"{seen[0]} ") and s.text.endswith(" when was this built") for s in sampled[0])
+    assert all(s.text.startswith(f"{seen[1]} ") for s in sampled[1])
+
+
+def test_a_template_placing_what_the_reader_sees_needs_a_reader(tiny_lvlm_path, zoo_dir):
+    cfg = dataclasses.replace(make_config(tiny_lvlm_path), query_template="{seen} {response}", visual_reader="")
+    with pytest.raises(ValueError, match=r"translator.query_template.*\{seen\}.*translator.visual_reader"):
+        QueryTranslator.from_config(cfg, zoo_dir)
+    assert QueryTranslator.from_config(make_config(tiny_lvlm_path), zoo_dir).visual_reader is None, \
+        "a template without {seen} loads no reader"
 
 
 def test_query_template_round_trip_and_a_foreign_query_is_named():
@@ -264,6 +276,12 @@ def test_query_template_round_trip_and_a_foreign_query_is_named():
         template.response("red circle", "Who built this?")
     with pytest.raises(ValueError, match=r"translator.query_template.*\{response\} exactly once"):
         QueryTemplate("{question}")
+    sighted = QueryTemplate("{seen} {response} {question}")
+    query = sighted.query("circle", "Who built this?", "red plain circle pictured on grey")
+    assert query == "red plain circle pictured on grey circle who built this"
+    assert sighted.response(query, "Who built this?", "red plain circle pictured on grey") == "circle"
+    with pytest.raises(ValueError, match="for question 'Who built this\\?' and sight 'blue plain circle"):
+        sighted.response(query, "Who built this?", "blue plain circle pictured on grey")
 
 
 def test_an_update_leaves_the_frozen_vision_tower_unchanged(tiny_lvlm_path, zoo_dir, images):

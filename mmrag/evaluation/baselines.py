@@ -86,7 +86,7 @@ def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
     for start in range(0, len(questions), BATCH):
         batch = questions[start:start + BATCH]
         queries = pipeline.translate_greedy(QuestionTable.of(batch))
-        responses.extend(pipeline.translator.responses([q.question for q in batch], queries))
+        responses.extend(pipeline.translator.responses([q.image for q in batch], [q.question for q in batch], queries))
     return responses
 
 

@@ -41,7 +41,6 @@ from torch import nn
 
 from mmrag.config import RerankerConfig
 from mmrag.data.dataset import decode_image
-from mmrag.data.wording import GENERIC_WORDING
 from mmrag.model_refs import resolve
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.reranker_head import CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, StopScorer
@@ -112,12 +111,6 @@ class RerankBatch:
     def to(self, device: torch.device | str) -> RerankBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return RerankBatch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
-
-
-def seen_description(reading: dict[str, str]) -> str:
-    """A visual reader's reading in the first form of `GENERIC_WORDING`, the wording the v2 backbone
-    (`zoo:tiny-clip-v2`) was fitted on: the reranker embeds what it sees in a language its text tower knows."""
-    return GENERIC_WORDING.descriptions[0].format(**reading)
 
 
 def _scatter_rows(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -198,8 +191,8 @@ class AdaptiveReranker(nn.Module):
         return torch.from_numpy(self.encoder.encode_texts(descriptions)).reshape(len(images), self.encoder.dim)
 
     def seen_descriptions(self, images: Sequence[Image.Image]) -> list[str]:
-        """`seen_description` of what the visual reader reads in each image (the reranker needs one)."""
-        return [seen_description(reading) for reading in self.visual_reader.read(list(images))]
+        """`VisualReader.describe` of each image (the reranker needs a reader)."""
+        return self.visual_reader.describe(list(images))
 
     def _text_features(self, batch: RerankBatch) -> torch.Tensor:
         """[B, 2 + K, D]: cached with a frozen backbone, re-encoded with gradients with LoRA."""

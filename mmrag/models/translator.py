@@ -9,12 +9,12 @@ nothing). The policy is an LVLM, optionally with a PEFT LoRA adapter;
 `trainable_state_dict` / `load_trainable_state_dict` carry only what training changes
 between the learner and the sampling replicas.
 
-The search query is the LVLM's response placed in `translator.query_template` (by default
-the response followed by the question, lower-cased: what a practitioner's first pipeline
-sends, "caption + question"). Only the response is generated, scored and trained; `logprobs`
-takes the queries back apart. By default the vision tower stays frozen
-(`translator.train_vision_tower`): trained on query rewards alone it forgot how to read
-the picture.
+The search query is the LVLM's response placed in `translator.query_template`: `{question}`
+is the question, lower-cased, and `{seen}` what a frozen visual reader (`translator.visual_reader`,
+the grounded generator's eye) sees in the question image, in words (`VisualReader.describe`).
+Only the response is generated, scored and trained; `logprobs` takes the queries back apart.
+By default the vision tower stays frozen (`translator.train_vision_tower`): trained on query
+rewards alone it forgot how to read the picture.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from PIL import Image
 
 from mmrag.config import LoraConfig, TranslatorConfig
+from mmrag.model_refs import resolve
 from mmrag.models.lvlm import (
     decode_response,
     fill_prompt,
@@ -38,6 +39,7 @@ from mmrag.models.lvlm import (
     load_processor,
     sequence_logprobs,
 )
+from mmrag.models.visual_reader import VisualReader, load_visual_reader
 
 
 @dataclass(frozen=True)
@@ -91,28 +93,30 @@ def question_in_query(question: str) -> str:
 
 
 class QueryTemplate:
-    """`translator.query_template`: response -> search query, and back."""
+    """`translator.query_template`: (response, question, what the reader sees) -> search query, and back."""
 
     def __init__(self, template: str):
         if template.count("{response}") != 1:
             raise ValueError(f"translator.query_template: expected the placeholder {{response}} exactly once, "
                              f"got {template!r}")
         self.prefix, self.suffix = template.split("{response}")
+        self.uses_sight = "{seen}" in template
 
-    def _parts(self, question: str) -> tuple[str, str]:
+    def _parts(self, question: str, seen: str) -> tuple[str, str]:
         asked = question_in_query(question)
-        return self.prefix.replace("{question}", asked), self.suffix.replace("{question}", asked)
+        return tuple(part.replace("{question}", asked).replace("{seen}", seen) for part in (self.prefix, self.suffix))
 
-    def query(self, response: str, question: str) -> str:
-        prefix, suffix = self._parts(question)
+    def query(self, response: str, question: str, seen: str = "") -> str:
+        prefix, suffix = self._parts(question, seen)
         return f"{prefix}{response}{suffix}"
 
-    def response(self, query: str, question: str) -> str:
+    def response(self, query: str, question: str, seen: str = "") -> str:
         """The response a query was built from (the inverse of `query`)."""
-        prefix, suffix = self._parts(question)
+        prefix, suffix = self._parts(question, seen)
         if not (query.startswith(prefix) and query.endswith(suffix) and len(query) >= len(prefix) + len(suffix)):
             raise ValueError(f"translator.query_template: query {query!r} was not built by this template "
-                             f"({self.prefix + '{response}' + self.suffix!r}) for question {question!r}")
+                             f"({self.prefix + '{response}' + self.suffix!r}) for question {question!r}"
+                             + (f" and sight {seen!r}" if self.uses_sight else ""))
         return query[len(prefix):len(query) - len(suffix)]
 
 
@@ -145,12 +149,17 @@ class QueryTranslator:
     merged into its weights.
     """
 
-    def __init__(self, model, processor, cfg: TranslatorConfig, trained_adapter: bool = False):
+    def __init__(self, model, processor, cfg: TranslatorConfig, trained_adapter: bool = False,
+                 visual_reader: VisualReader | None = None):
         self.model = model.eval()
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "translator.prompt_template", question="")
         self.query_template = QueryTemplate(cfg.query_template)
+        if self.query_template.uses_sight and visual_reader is None:
+            raise ValueError(f"translator.query_template: {cfg.query_template!r} places {{seen}}, what a visual "
+                             "reader sees, but translator.visual_reader names none; name one or drop {seen}")
+        self.visual_reader = visual_reader
         from peft import PeftModel  # late, as in _add_lora: seconds to import
 
         self.uses_lora = isinstance(model, PeftModel)
@@ -169,7 +178,9 @@ class QueryTranslator:
     @classmethod
     def from_config(cls, cfg: TranslatorConfig, cache_dir: str, device: str = "cpu") -> QueryTranslator:
         model, processor, trained_adapter = _load_policy(cfg, cache_dir, device)
-        return cls(model, processor, cfg, trained_adapter)
+        sighted = cfg.visual_reader and QueryTemplate(cfg.query_template).uses_sight
+        reader = load_visual_reader(resolve(cfg.visual_reader, cache_dir)) if sighted else None
+        return cls(model, processor, cfg, trained_adapter, reader)
 
     def prompts(self, questions: list[str]) -> list[str]:
         """User prompts: `translator.prompt_template` filled with each question."""
@@ -197,7 +208,8 @@ class QueryTranslator:
             temperature=temperature,
             num_return_sequences=n,
         )
-        queries = self.queries([q for q in questions for _ in range(n)], texts)
+        queries = self.queries([image for image in images for _ in range(n)], [q for q in questions for _ in range(n)],
+                               texts)
         samples = [QuerySample(query, float(lp)) for query, lp in zip(queries, logprobs.tolist())]
         return [samples[i * n : (i + 1) * n] for i in range(len(questions))]
 
@@ -211,15 +223,21 @@ class QueryTranslator:
             max_new_tokens=self.cfg.max_new_tokens,
             do_sample=False,
         )
-        return self.queries(questions, [decode_response(self.processor, ids) for ids in generated.token_ids])
+        return self.queries(images, questions, [decode_response(self.processor, ids) for ids in generated.token_ids])
 
-    def queries(self, questions: list[str], responses: list[str]) -> list[str]:
-        """The search query of each (question, LVLM response), by `translator.query_template`."""
-        return [self.query_template.query(response, q) for q, response in zip(questions, responses)]
+    def sights(self, images: list[Image.Image]) -> list[str]:
+        """What the visual reader sees in each image, in words (the template's `{seen}`); "" where it uses none."""
+        return self.visual_reader.describe(images) if self.query_template.uses_sight else [""] * len(images)
 
-    def responses(self, questions: list[str], queries: list[str]) -> list[str]:
+    def queries(self, images: list[Image.Image], questions: list[str], responses: list[str]) -> list[str]:
+        """The search query of each (image, question, LVLM response), by `translator.query_template`."""
+        return [self.query_template.query(response, q, seen)
+                for q, response, seen in zip(questions, responses, self.sights(images))]
+
+    def responses(self, images: list[Image.Image], questions: list[str], queries: list[str]) -> list[str]:
         """The LVLM response each query was built from: what the log-probs score."""
-        return [self.query_template.response(query, q) for q, query in zip(questions, queries)]
+        return [self.query_template.response(query, q, seen)
+                for q, query, seen in zip(questions, queries, self.sights(images))]
 
     def logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
@@ -228,7 +246,7 @@ class QueryTranslator:
         self.model.train()
         try:
             return sequence_logprobs(self.model, self.processor, images, self.prompts(questions),
-                                     self.responses(questions, queries), temperature, self.cfg.max_new_tokens)
+                                     self.responses(images, questions, queries), temperature, self.cfg.max_new_tokens)
         finally:
             self.model.eval()
 
@@ -243,7 +261,7 @@ class QueryTranslator:
             model, scope = self._reference, contextlib.nullcontext()
         with scope:
             return sequence_logprobs(model, self.processor, images, self.prompts(questions),
-                                     self.responses(questions, queries), temperature, self.cfg.max_new_tokens)
+                                     self.responses(images, questions, queries), temperature, self.cfg.max_new_tokens)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """What the learner's optimiser updates (the adapter with LoRA, every weight otherwise)."""

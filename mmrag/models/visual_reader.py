@@ -2,7 +2,9 @@
 
 `zoo:visual-reader` (fitted by `mmrag.zoo.fit_visual_reader` on a synthetic world of its own)
 is loaded here by the `grounded` generator backend, which answers a visual question from it
-when no evidence states the asked attribute. It sees only the image, never text.
+when no evidence states the asked attribute. It sees only the image, never text. The reranker
+and the translator read with the same eye (`reranker.visual_reader`, `translator.visual_reader`):
+`describe` puts what it sees into words.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mmrag.data.wording import ATTRIBUTES, VOCABULARIES
+from mmrag.data.wording import ATTRIBUTES, GENERIC_WORDING, VOCABULARIES
 
 WEIGHTS_FILE = "visual_reader.safetensors"
 CONFIG_FILE = "visual_reader.json"
@@ -60,9 +62,19 @@ class VisualReader(nn.Module):
         best = {a: logits[a].argmax(dim=1).tolist() for a in ATTRIBUTES}
         return [{a: VOCABULARIES[a][best[a][i]] for a in ATTRIBUTES} for i in range(len(images))]
 
+    def describe(self, images: list[Image.Image]) -> list[str]:
+        """`seen_description` of what it reads in each image."""
+        return [seen_description(reading) for reading in self.read(images)]
+
     def save(self, directory: Path) -> None:
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(directory / WEIGHTS_FILE))
         (directory / CONFIG_FILE).write_text(json.dumps({"width": self.width}) + "\n")
+
+
+def seen_description(reading: dict[str, str]) -> str:
+    """A reading in the first form of `GENERIC_WORDING`, the wording the v2 retriever and reranker backbone
+    (`zoo:tiny-clip-v2`) were fitted on: what the reader sees, in a language their text towers know."""
+    return GENERIC_WORDING.descriptions[0].format(**reading)
 
 
 def load_visual_reader(directory: str | Path) -> VisualReader:
