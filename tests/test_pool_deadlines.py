@@ -124,9 +124,10 @@ def test_a_stage_starts_once_one_replica_is_up_and_the_one_still_loading_joins_i
 
     actor_class = ray_session.remote(num_cpus=0)(Loading)
     actors = [actor_class.remote(3.0), actor_class.remote(0.0)]
-    start = time.monotonic()
     starting = wait_until_one_up("answer", actors)
-    assert time.monotonic() - start < 2.5 and list(starting) == [0], "replica 1 is up; replica 0 still loading"
+    # No time bound (starting two actors took 3.5 s on 2 loaded cores): returning while replica 0 is still loading
+    # shows it waited for one replica only.
+    assert list(starting) == [0], "replica 1 is up; replica 0 still loading"
     pool = ReplicaPool("answer", actors, calls_per_replica=2, retries=3, deadline_s=30.0)
     pool.starting(starting)
     assert pool.serving() == [1]
