@@ -85,7 +85,7 @@ def test_the_dpo_step_changes_every_lora_weight_and_nothing_else(preset, tiny_ch
         dataclasses.replace(preset.translator, model=str(tiny_checkpoint)), preset.zoo.cache_dir, "cpu")
     before = {name: p.detach().clone() for name, p in translator.model.named_parameters()}
     trainable = {name for name, p in translator.model.named_parameters() if p.requires_grad}
-    pairs = gpu_scale.dpo_pairs(*questions, translator.processor, preset)
+    pairs = gpu_scale.dpo_pairs(*questions, translator, preset)
     record = gpu_scale.measure_dpo_step(translator, pairs, preset, "cpu")
     assert trainable and all("lora_" in name for name in trainable)
     for name, p in translator.model.named_parameters():
