@@ -155,6 +155,10 @@ class TranslatorConfig:
     """N: queries sampled per question during training. 8 on world v2 (60 steps, 320 val questions, seeds 0 / 1):
     val 0.525 / 0.484 against 0.491 / 0.481, recall@K 0.566 / 0.572 against 0.544 / 0.559, but seed 1 kept 3
     documents on every visual question; not a clear win at 2 seeds, about 1.6x a step: 4 stays (docs/LEARNING.md)."""
+    empty_sibling: bool = False
+    """During training, the last of each question's `num_samples` responses is the empty one (the query template
+    without the LVLM's words), scored as a sample: DPO can then prefer writing nothing, which the tiny translator
+    never samples. Its log-prob is not that of a draw, so keep it off where importance ratios matter (lag > 0)."""
     temperature: float = 0.5
     """Sampling temperature during training. At 1.0 the tiny v2 translator writes token salad: its sampled queries
     found a gold passage in the top 20 for 26 % of fact questions against 70-75 % for its greedy query (0.48 at 0.7,

@@ -259,6 +259,23 @@ def test_default_query_is_what_the_reader_sees_then_the_response_then_the_questi
     assert all(s.text.startswith(f"{seen[1]} ") for s in sampled[1])
 
 
+def test_the_empty_sibling_is_each_questions_last_sample_scored_as_the_policy_scores_it(tiny_lvlm_path, zoo_dir,
+                                                                                       images):
+    cfg = dataclasses.replace(make_config(tiny_lvlm_path), query_template="{response} {question}", empty_sibling=True)
+    translator = QueryTranslator.from_config(cfg, zoo_dir)
+    torch.manual_seed(3)
+    drawn = translator.sample(images, QUESTIONS, n=3, temperature=0.5)
+    assert [row[-1].text for row in drawn] == [" when was this built", " who was the architect of this"]
+    assert all(translator.responses([image], [q], [s.text])[0] for image, q, row in zip(images, QUESTIONS, drawn)
+               for s in row[:-1]), "the other samples are drawn as before (the tiny LVLM writes something)"
+    with torch.no_grad():
+        scored = translator.logprobs(images, QUESTIONS, [row[-1].text for row in drawn], temperature=0.5)
+    assert [row[-1].logprob for row in drawn] == pytest.approx(scored.tolist(), abs=1e-5)
+    single = translator.sample(images, QUESTIONS, n=1)
+    assert all(translator.responses([image], [q], [row[0].text])[0]
+               for image, q, row in zip(images, QUESTIONS, single)), "a single sample stays a draw"
+
+
 def test_a_template_placing_what_the_reader_sees_needs_a_reader(tiny_lvlm_path, zoo_dir):
     cfg = dataclasses.replace(make_config(tiny_lvlm_path), query_template="{seen} {response}", visual_reader="")
     with pytest.raises(ValueError, match=r"translator.query_template.*\{seen\}.*translator.visual_reader"):

@@ -208,10 +208,27 @@ class QueryTranslator:
             temperature=temperature,
             num_return_sequences=n,
         )
+        if self.cfg.empty_sibling and n > 1:
+            texts, logprobs = self._with_empty_sibling(images, questions, texts, logprobs, n, temperature,
+                                                       max_new_tokens)
         queries = self.queries([image for image in images for _ in range(n)], [q for q in questions for _ in range(n)],
                                texts)
         samples = [QuerySample(query, float(lp)) for query, lp in zip(queries, logprobs.tolist())]
         return [samples[i * n : (i + 1) * n] for i in range(len(questions))]
+
+    @torch.no_grad()
+    def _with_empty_sibling(self, images, questions, texts, logprobs, n, temperature, max_new_tokens):
+        """Each question's last response replaced by the empty one (`translator.empty_sibling`), with its log-prob at
+        the sampling temperature: the tiny translator never samples it (log-prob about -13 at 0.5), so without it
+        DPO could never prefer the template's query without the LVLM's words."""
+        last = [i * n + n - 1 for i in range(len(questions))]
+        empty = sequence_logprobs(self.model, self.processor, images, self.prompts(questions), [""] * len(questions),
+                                  temperature, max_new_tokens)
+        texts, logprobs = list(texts), logprobs.clone()
+        for i in last:
+            texts[i] = ""
+        logprobs[last] = empty.to(logprobs.dtype)
+        return texts, logprobs
 
     def greedy(self, images: list[Image.Image], questions: list[str]) -> list[str]:
         """The most likely query per question (inference, evaluation)."""
