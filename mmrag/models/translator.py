@@ -211,8 +211,8 @@ class QueryTranslator:
         if self.cfg.empty_sibling and n > 1:
             texts, logprobs = self._with_empty_sibling(images, questions, texts, logprobs, n, temperature,
                                                        max_new_tokens)
-        queries = self.queries([image for image in images for _ in range(n)], [q for q in questions for _ in range(n)],
-                               texts)
+        seen = [sight for sight in self.sights(images) for _ in range(n)]  # each image read once, not n times
+        queries = self._queries([q for q in questions for _ in range(n)], texts, seen)
         samples = [QuerySample(query, float(lp)) for query, lp in zip(queries, logprobs.tolist())]
         return [samples[i * n : (i + 1) * n] for i in range(len(questions))]
 
@@ -248,8 +248,10 @@ class QueryTranslator:
 
     def queries(self, images: list[Image.Image], questions: list[str], responses: list[str]) -> list[str]:
         """The search query of each (image, question, LVLM response), by `translator.query_template`."""
-        return [self.query_template.query(response, q, seen)
-                for q, response, seen in zip(questions, responses, self.sights(images))]
+        return self._queries(questions, responses, self.sights(images))
+
+    def _queries(self, questions: list[str], responses: list[str], sights: list[str]) -> list[str]:
+        return [self.query_template.query(response, q, seen) for q, response, seen in zip(questions, responses, sights)]
 
     def responses(self, images: list[Image.Image], questions: list[str], queries: list[str]) -> list[str]:
         """The LVLM response each query was built from: what the log-probs score."""
