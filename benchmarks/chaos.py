@@ -3,9 +3,10 @@
 Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]
 [--replicas 1,2] [--standby 0,1]` from the repository root, with the config's dataset and index
 built. For each replica count (serving replicas of every stage pool and every retrieval shard),
-each count of standby replicas (`pools.standby_replicas`) and each lag, trains twice with the
-same config (a checkpoint every step at lag > 0): once undisturbed, once with a killer thread
-that every `--every` seconds picks one process at random among this run's stage actors and
+each count of standby replicas (`pools.standby_replicas`) and each lag, trains with the same
+config (a checkpoint every step at lag > 0) once undisturbed and, for each fault interval of
+`--every`, once with a killer thread (after one untimed warm-up run for the whole invocation:
+worker start-up and first imports) that every interval picks one process at random among this run's stage actors and
 learner ranks, of each stage actor class only as many as serve (those that used the most CPU
 in the last half interval: an idle standby is spared, as a fault there would cost nothing and
 flatter the standby runs) and SIGKILLs it, or, every third
@@ -14,7 +15,8 @@ deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it:
 deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
 pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
 second serving replica a hedge (`pools.hedge_factor`) usually answers first. Reports
-steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8), for standby runs also
+steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8) with the fault rate at
+which the ratio would be 0.8 given what a fault cost on average (`break_even_faults_per_minute`), for standby runs also
 their chaos steps/s over the calm steps/s of the same serving replicas without standbys
 (`chaos_over_plain_calm`: the same serving capacity, so the calm side is not slowed by the
 standbys' share of the cores), the faults by kind, the calls re-dispatched, timed out and
@@ -53,6 +55,10 @@ VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor",
 HANGABLE = ("GeneratorActor", "RetrievalShard")
 """What the killer SIGSTOPs: a wedged generator and a stuck shard are the hangs a cluster sees most."""
 RESULTS_JSON = Path(__file__).with_name("results") / "chaos.json"
+TARGET = 0.8
+"""The issue's target for chaos / calm steps/s."""
+WARMUP_STEPS = 2
+"""Steps of the untimed run before the measured ones."""
 WATCH_POLL_S = 0.1
 """How often a fault's watcher looks for its victim's successor process (the precision of respawn and load times)."""
 POOL_OF = {"TranslatorActor": "translate", "EncoderActor": "retrieve", "RetrievalShard": "retrieval_shard",
@@ -233,22 +239,38 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
             "fault_costs": fault_costs(killer.records, summary["outages"], killer.stop_s) if killer else []}
 
 
-def measure_lag(cfg, lag: int, args, tmp: str) -> dict:
+def measure_lag(cfg, lag: int, args, tmp: str) -> list[dict]:
+    """One calm run at `lag`, then a chaos run at each fault interval of `args.every` compared with it: a record
+    per interval."""
     cfg = with_sections(cfg, train={"max_policy_lag": lag, "checkpoint_every": 1 if lag else 5},
                         pools={"call_timeout_s": args.deadline, "min_call_timeout_s": args.min_deadline})
     calm = measure(cfg, str(Path(tmp) / f"calm_{lag}"), None)
     serving = cfg.translator.num_replicas  # every stage and shard alike (`with_replicas`)
-    killer = Killer(args.every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
-    chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}"), killer)
-    return {"lag": lag, "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
+    records = []
+    for every in args.every:
+        killer = Killer(every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
+        chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}_every_{every:g}"), killer)
+        extra_s_per_fault = (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1)
+        records.append({
+            "lag": lag, "fault_every_s": every, "faults_per_minute": 60 / every,
+            "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
             "seconds_calm": calm["seconds"], "seconds_chaos": chaos["seconds"],
-            "extra_s_per_fault": (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1),
+            "extra_s_per_fault": extra_s_per_fault,
+            "break_even_faults_per_minute": break_even_rate(extra_s_per_fault),
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
             "promoted_standbys": chaos["promoted"], "idle_processes_spared": killer.idle_spared,
-            "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
+            "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]})
+    return records
+
+
+def break_even_rate(extra_s_per_fault: float, target: float = TARGET) -> float | None:
+    """Faults per minute at which chaos / calm would be `target`, if each fault costs the run `extra_s_per_fault`:
+    a run of T chaos seconds meets T / every faults, so calm / chaos = 1 - extra / every (None: faults cost
+    nothing measurable)."""
+    return 60 * (1 - target) / extra_s_per_fault if extra_s_per_fault > 0 else None
 
 
 def with_replicas(cfg, n: int, standby: int):
@@ -268,11 +290,48 @@ def with_plain_calm(runs: list[dict]) -> None:
         r["chaos_over_plain_calm"] = r["steps_per_s_chaos"] / calm if calm else None
 
 
+def headline_figures(runs: list[dict], last_deployment: tuple[int, int], first_every: float) -> dict:
+    """The figures by name: `chaos_over_calm_lag_N_replicas_R` (no standby) and `..._standby_S` with
+    `chaos_over_plain_calm_...`, each suffixed `_every_Es` per fault interval; unsuffixed, those of the first interval
+    (`--every`'s first); `chaos_over_calm_lag_N` of the last deployment at the first interval, and its
+    `break_even_faults_per_minute_lag_N` from the seconds lost per fault over all its chaos runs at lag N."""
+    figures = {}
+    for r in runs:
+        name = f"lag_{r['lag']}_replicas_{r['replicas']}" + (f"_standby_{r['standby']}" if r["standby"] else "")
+        keys = ("chaos_over_calm", "chaos_over_plain_calm") if r["standby"] else ("chaos_over_calm",)
+        for key in keys:
+            if r.get(key) is None:
+                continue
+            figures[f"{key}_{name}_every_{r['fault_every_s']:g}s"] = r[key]
+            if r["fault_every_s"] == first_every:
+                figures[f"{key}_{name}"] = r[key]
+    last = [r for r in runs if (r["replicas"], r["standby"]) == last_deployment]
+    for r in last:
+        if r["fault_every_s"] == first_every:
+            figures[f"chaos_over_calm_lag_{r['lag']}"] = r["chaos_over_calm"]
+    for lag in sorted({r["lag"] for r in last}):
+        same = [r for r in last if r["lag"] == lag]  # one calm run, a chaos run per interval: their faults pooled
+        faults = sum(sum(r["faults"].values()) for r in same)
+        extra = sum(r["seconds_chaos"] - r["seconds_calm"] for r in same) / max(faults, 1)
+        figures[f"break_even_faults_per_minute_lag_{lag}"] = break_even_rate(extra)
+    return figures
+
+
+def seconds_list(text: str) -> list[float]:
+    """`--every`'s value: positive seconds, comma-separated."""
+    values = [float(part) for part in text.split(",")]
+    if any(value <= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"--every: seconds between faults must be positive, got {text}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_options(parser)
     parser.add_argument("--steps", type=int, default=40, help="optimiser steps per run (default 40)")
-    parser.add_argument("--every", type=float, default=20.0, help="seconds between faults (default 20)")
+    parser.add_argument("--every", type=seconds_list, default=[30.0, 15.0],
+                        help="seconds between faults, comma-separated: a chaos run at each, all compared with one calm "
+                             "run per deployment and lag (default 30,15); the first gives chaos_over_calm_lag_N")
     parser.add_argument("--deadline", type=float, default=10.0, help="pools.call_timeout_s (default 10)")
     parser.add_argument("--min-deadline", type=float, default=2.0,
                         help="pools.min_call_timeout_s, the tighter deadline's floor (default 2: calls here take "
@@ -296,25 +355,24 @@ def main() -> None:
     deployments = [(int(n), int(s)) for n in args.replicas.split(",") for s in args.standby.split(",")]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     with tempfile.TemporaryDirectory() as tmp:
+        # Untimed: the first run on a fresh Ray pays for worker start-up and first imports, which would flatter
+        # every chaos run compared with it.
+        measure(with_sections(with_replicas(cfg, *deployments[0]), train={"steps": WARMUP_STEPS}),
+                str(Path(tmp) / "warm-up"), None)
         runs = []
         for n, standby in deployments:
             for lag in args.lags.split(","):
                 run_dir = str(Path(tmp) / f"replicas_{n}_standby_{standby}")
-                runs.append({"replicas": n, "standby": standby,
-                             **measure_lag(with_replicas(cfg, n, standby), int(lag), args, run_dir)})
-                print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
+                for record in measure_lag(with_replicas(cfg, n, standby), int(lag), args, run_dir):
+                    runs.append({"replicas": n, "standby": standby, **record})
+                    print(json.dumps(runs[-1]), flush=True)  # each run as it ends: a later run's failure keeps it
     ray.shutdown()
     with_plain_calm(runs)
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
-               "fault_every_s": args.every, "faults_per_minute": 60 / args.every, "call_timeout_s": args.deadline,
-               "min_call_timeout_s": args.min_deadline, "hedge_factor": cfg.pools.hedge_factor, "runs": runs,
-               **{f"chaos_over_calm_lag_{r['lag']}_replicas_{r['replicas']}": r["chaos_over_calm"]
-                  for r in runs if not r["standby"]},
-               **{f"{key}_lag_{r['lag']}_replicas_{r['replicas']}_standby_{r['standby']}": r[key]
-                  for r in runs if r["standby"] for key in ("chaos_over_calm", "chaos_over_plain_calm")
-                  if r.get(key) is not None},
-               **{f"chaos_over_calm_lag_{r['lag']}": r["chaos_over_calm"] for r in runs
-                  if (r["replicas"], r["standby"]) == deployments[-1]}}
+               "fault_every_s": args.every, "faults_per_minute": [60 / every for every in args.every],
+               "call_timeout_s": args.deadline, "min_call_timeout_s": args.min_deadline,
+               "hedge_factor": cfg.pools.hedge_factor, "target": TARGET, "runs": runs,
+               **headline_figures(runs, deployments[-1], args.every[0])}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
         f"Machine: {machine(with_load=True)} (the load includes the run's own actors). Config "
@@ -325,19 +383,22 @@ def main() -> None:
         f"lost or hung replica's place), the same in a calm run and the chaos run it is compared with (the "
         f"learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its pool's median "
         f"answer is hedged to a second serving replica, never to a standby, `pools.hedge_factor`); in "
-        f"the chaos runs every {args.every:g} s ({60 / args.every:.1f} faults per minute) one random actor process "
+        f"the chaos runs every {' or '.join(f'{e:g}' for e in args.every)} s "
+        f"({' or '.join(f'{60 / e:.1f}' for e in args.every)} faults per minute; each chaos run is compared with "
+        f"the one calm run of its deployment and lag) one random actor process "
         f"among the learner ranks and, of each stage actor class, as many as serve (those that used the most CPU in "
-        f"the {args.every / 2:g} s before: an idle standby is spared, a fault there would cost nothing) is "
+        f"the half interval before: an idle standby is spared, a fault there would cost nothing) is "
         f"SIGKILLed, every third fault (the first included) instead "
         f"such a generator or shard SIGSTOPped for {2 * args.deadline:g} s (call deadline {args.deadline:g} s, "
         f"{args.min_deadline:g} s at least for a replica that has answered since it started; seed {args.seed}); a "
         f"checkpoint every step at lag > 0, every 5 at lag 0.",
-        markdown_table(["replicas", "standby", "lag", "steps/s calm", "steps/s chaos", "chaos / calm",
-                        "chaos / calm without standby", "faults", "idle spared", "re-dispatched", "timed out",
+        markdown_table(["replicas", "standby", "lag", "faults / min", "steps/s calm", "steps/s chaos",
+                        "chaos / calm", "chaos / calm without standby", f"faults / min at {TARGET:g}", "faults", "idle spared", "re-dispatched", "timed out",
                         "hedged calm / chaos", "promoted", "restores", "steps redone", "same rollouts"], [
-            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['steps_per_s']:.3f}",
-             f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
+            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}",
+             f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
              "-" if r["chaos_over_plain_calm"] is None else f"{r['chaos_over_plain_calm']:.2f}",
+             "-" if r["break_even_faults_per_minute"] is None else f"{r['break_even_faults_per_minute']:.1f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0", str(r["idle_processes_spared"]),
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
              f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
@@ -346,7 +407,10 @@ def main() -> None:
              str(r["ledger"]["steps_redone"]), "yes" if r["same_rollouts"] else "no"] for r in runs]),
         "Ratios are of two runs measured one after the other in one invocation; on a shared, loaded machine "
         "the calm run's speed varies too (a chaos run may even come out faster than its calm run), and a chaos "
-        "run that faults slow meets more faults, so a ratio moves by far more than 0.1 between invocations. `chaos / calm without standby` divides a standby run's chaos "
+        "run that faults slow meets more faults, so a ratio moves by far more than 0.1 between invocations. "
+        f"`faults / min at {TARGET:g}`: the rate at which chaos / calm would be {TARGET:g} if every fault cost "
+        "what this run's did on average (`extra / fault` below; a run of T seconds meets T / interval faults, so "
+        "chaos / calm = 1 - extra / interval). `chaos / calm without standby` divides a standby run's chaos "
         "steps/s by the calm steps/s of the run with the same serving replicas and no standby: the same serving "
         "capacity, so it is the honest figure of what standbys buy (on these 2 cores the standbys' memory and "
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
@@ -360,9 +424,10 @@ def main() -> None:
         "replica answered a call again (or, standing by, its readiness check), `outage` the whole span; the calls "
         "lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is (chaos "
         "seconds - calm seconds) / faults, what the run as a whole lost per fault.",
-        markdown_table(["replicas", "standby", "lag", "fault", "pool", "detect", "promote", "restart", "load",
+        markdown_table(["replicas", "standby", "lag", "faults / min", "fault", "pool", "detect", "promote", "restart", "load",
                         "first answer", "outage", "calls lost", "work lost", "extra / fault"], [
-            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), c["fault"], c["pool"] or "-",
+            [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}", c["fault"],
+             c["pool"] or "-",
              *(_seconds(c[key]) for key in ("detect_s", "promote_s", "restart_s", "load_s", "first_answer_s",
                                             "outage_s")),
              str(c["calls_lost"]), f"{c['work_lost_s']:.2f}", f"{r['extra_s_per_fault']:.2f}"]
