@@ -493,7 +493,14 @@ def wait_healthy(process: subprocess.Popen, url: str, logs: Path) -> None:
         time.sleep(1)
 
 
-def stop_within_10_s(process: subprocess.Popen, signum: int, logs: Path, limit_s: float = 10) -> tuple[str, str]:
+STOP_GRACE_S = 30
+"""How long a stop may take: Kubernetes' default termination grace period, after which it sends SIGKILL. (10 s
+failed once on 2 cores shared with two training jobs and the suite: the Ray this command started took longer to
+shut down.)"""
+
+
+def stop_within_grace(process: subprocess.Popen, signum: int, logs: Path,
+                      limit_s: float = STOP_GRACE_S) -> tuple[str, str]:
     """Send `signum`; the command must exit 0 within `limit_s` without a stack dump. Its (stdout, stderr)."""
     begin = time.monotonic()
     process.send_signal(signum)
@@ -510,7 +517,7 @@ def test_sigterm_stops_serve_deletes_the_application_and_shuts_down_the_ray_it_s
     port = free_port()
     with serving_process(config_path, checkpoint, tmp_path, "--set", f"serving.port={port}") as process:
         wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
-        out, _ = stop_within_10_s(process, signal.SIGTERM, tmp_path)
+        out, _ = stop_within_grace(process, signal.SIGTERM, tmp_path)
     assert "deleting the application 'mmrag'; then shutting down the Ray this command started" in out
     # The front ended with the command; Ray's processes (started in the command's session) end as it shuts down.
     with pytest.raises(requests.ConnectionError):
@@ -542,7 +549,7 @@ def test_ctrl_c_stops_serve_on_a_joined_cluster_and_leaves_the_cluster_running(e
     with serving_process(config_path, checkpoint, tmp_path, "--address", ray.get_runtime_context().gcs_address,
                          "--name", "signal-test", "--set", f"serving.port={port}") as process:
         wait_healthy(process, f"http://127.0.0.1:{port}/healthz", tmp_path)
-        out, _ = stop_within_10_s(process, signal.SIGINT, tmp_path)
+        out, _ = stop_within_grace(process, signal.SIGINT, tmp_path)
     assert "deleting the application 'signal-test'; the cluster keeps running" in out
     assert "signal-test" not in serve.status().applications
     assert requests.get(f"{endpoint}/healthz", timeout=10).status_code == 200
@@ -700,7 +707,7 @@ def test_two_fronts_share_one_application_and_either_stops_without_taking_it_fro
                 time.sleep(1.0)
                 sent_before = len(statuses)
                 # Under load on a busy machine: more than the 10 s of an idle stop.
-                out, _ = stop_within_10_s(first, signal.SIGTERM, logs[0], limit_s=40)
+                out, _ = stop_within_grace(first, signal.SIGTERM, logs[0], limit_s=40)
                 after_stop = len(statuses)
                 time.sleep(2.0)
                 stop.set()
@@ -737,7 +744,7 @@ def test_two_fronts_share_one_application_and_either_stops_without_taking_it_fro
                         assert reply.json()["error"]["code"] == "invalid_api_key"
                 assert requests.get(f"{second_url}/healthz", timeout=10).status_code == 200
 
-                out, _ = stop_within_10_s(second, signal.SIGTERM, logs[1], limit_s=40)
+                out, _ = stop_within_grace(second, signal.SIGTERM, logs[1], limit_s=40)
                 assert "leaving the application 'replicated' deployed (this front attached to it" in out
         assert "replicated" in serve.status().applications
     finally:
