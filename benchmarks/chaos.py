@@ -6,8 +6,8 @@ built. For each replica count (serving replicas of every stage pool and every re
 each count of standby replicas (`pools.standby_replicas`) and each lag, trains with the same
 config (a checkpoint every step at lag > 0) once undisturbed and, for each fault interval of
 `--every`, once with a killer thread (after one untimed warm-up run for the whole invocation:
-worker start-up and first imports) that every interval picks one process at random among this run's stage actors and
-learner ranks, of each stage actor class only as many as serve (those that used the most CPU
+worker start-up and first imports) that every interval picks one process at random among this
+run's stage actors and learner ranks, of each stage actor class only as many as serve (those that used the most CPU
 in the last half interval: an idle standby is spared, as a fault there would cost nothing and
 flatter the standby runs) and SIGKILLs it, or, every third
 time (the first included), SIGSTOPs such a generator or retrieval shard for twice the call
@@ -16,7 +16,8 @@ deadline of a replica that has answered since it started (`pools.call_timeout_fa
 pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
 second serving replica a hedge (`pools.hedge_factor`) usually answers first. Reports
 steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8) with the fault rate at
-which the ratio would be 0.8 given what a fault cost on average (`break_even_faults_per_minute`), for standby runs also
+which the ratio would be 0.8 given what a fault cost on average (`break_even_faults_per_minute`),
+for standby runs also
 their chaos steps/s over the calm steps/s of the same serving replicas without standbys
 (`chaos_over_plain_calm`: the same serving capacity, so the calm side is not slowed by the
 standbys' share of the cores), the faults by kind, the calls re-dispatched, timed out and
@@ -250,20 +251,26 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> list[dict]:
     for every in args.every:
         killer = Killer(every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
         chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}_every_{every:g}"), killer)
-        extra_s_per_fault = (chaos["seconds"] - calm["seconds"]) / max(len(killer.records), 1)
-        records.append({
+        record = {
             "lag": lag, "fault_every_s": every, "faults_per_minute": 60 / every,
             "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
             "seconds_calm": calm["seconds"], "seconds_chaos": chaos["seconds"],
-            "extra_s_per_fault": extra_s_per_fault,
-            "break_even_faults_per_minute": break_even_rate(extra_s_per_fault),
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
             "promoted_standbys": chaos["promoted"], "idle_processes_spared": killer.idle_spared,
-            "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]})
+            "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
+        record["extra_s_per_fault"] = seconds_lost_per_fault([record])
+        record["break_even_faults_per_minute"] = break_even_rate(record["extra_s_per_fault"])
+        records.append(record)
     return records
+
+
+def seconds_lost_per_fault(records: list[dict]) -> float:
+    """What the chaos runs of `records` lost to their faults, in seconds per fault (each against its calm run)."""
+    faults = sum(sum(r["faults"].values()) for r in records)
+    return sum(r["seconds_chaos"] - r["seconds_calm"] for r in records) / max(faults, 1)
 
 
 def break_even_rate(extra_s_per_fault: float, target: float = TARGET) -> float | None:
@@ -311,9 +318,7 @@ def headline_figures(runs: list[dict], last_deployment: tuple[int, int], first_e
             figures[f"chaos_over_calm_lag_{r['lag']}"] = r["chaos_over_calm"]
     for lag in sorted({r["lag"] for r in last}):
         same = [r for r in last if r["lag"] == lag]  # one calm run, a chaos run per interval: their faults pooled
-        faults = sum(sum(r["faults"].values()) for r in same)
-        extra = sum(r["seconds_chaos"] - r["seconds_calm"] for r in same) / max(faults, 1)
-        figures[f"break_even_faults_per_minute_lag_{lag}"] = break_even_rate(extra)
+        figures[f"break_even_faults_per_minute_lag_{lag}"] = break_even_rate(seconds_lost_per_fault(same))
     return figures
 
 
@@ -393,8 +398,9 @@ def main() -> None:
         f"{args.min_deadline:g} s at least for a replica that has answered since it started; seed {args.seed}); a "
         f"checkpoint every step at lag > 0, every 5 at lag 0.",
         markdown_table(["replicas", "standby", "lag", "faults / min", "steps/s calm", "steps/s chaos",
-                        "chaos / calm", "chaos / calm without standby", f"faults / min at {TARGET:g}", "faults", "idle spared", "re-dispatched", "timed out",
-                        "hedged calm / chaos", "promoted", "restores", "steps redone", "same rollouts"], [
+                        "chaos / calm", "chaos / calm without standby", f"faults / min at {TARGET:g}", "faults",
+                        "idle spared", "re-dispatched", "timed out", "hedged calm / chaos", "promoted", "restores",
+                        "steps redone", "same rollouts"], [
             [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}",
              f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
              "-" if r["chaos_over_plain_calm"] is None else f"{r['chaos_over_plain_calm']:.2f}",
@@ -424,8 +430,8 @@ def main() -> None:
         "replica answered a call again (or, standing by, its readiness check), `outage` the whole span; the calls "
         "lost and the seconds they had run (redone elsewhere or after the restart); `extra / fault` is (chaos "
         "seconds - calm seconds) / faults, what the run as a whole lost per fault.",
-        markdown_table(["replicas", "standby", "lag", "faults / min", "fault", "pool", "detect", "promote", "restart", "load",
-                        "first answer", "outage", "calls lost", "work lost", "extra / fault"], [
+        markdown_table(["replicas", "standby", "lag", "faults / min", "fault", "pool", "detect", "promote", "restart",
+                        "load", "first answer", "outage", "calls lost", "work lost", "extra / fault"], [
             [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}", c["fault"],
              c["pool"] or "-",
              *(_seconds(c[key]) for key in ("detect_s", "promote_s", "restart_s", "load_s", "first_answer_s",
