@@ -48,6 +48,7 @@ import ray
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
+from mmrag.training.metrics_log import read_metrics
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
 
@@ -233,7 +234,11 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
         if killer:
             killer.stop.set()
     seconds = time.perf_counter() - start
-    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "ledger": summary["ledger"],
+    # What the steps themselves took (metrics.jsonl's step_seconds, a redone step counted each time) against the
+    # rest: start-up (actors constructed, models loaded), the untrained evaluation, the final export.
+    stepping = sum(r["step_seconds"] for r in read_metrics(run_dir) if "step_seconds" in r)
+    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "stepping_seconds": stepping,
+            "outside_steps_seconds": seconds - stepping, "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
             "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
             "promoted": sum(outage.get("promoted") is not None for outage in summary["outages"]),
@@ -256,6 +261,9 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> list[dict]:
             "steps_per_s": calm["steps_per_s"], "steps_per_s_chaos": chaos["steps_per_s"],
             "chaos_over_calm": chaos["steps_per_s"] / calm["steps_per_s"], "faults": dict(killer.faults),
             "seconds_calm": calm["seconds"], "seconds_chaos": chaos["seconds"],
+            "stepping_seconds_calm": calm["stepping_seconds"], "stepping_seconds_chaos": chaos["stepping_seconds"],
+            "outside_steps_seconds_calm": calm["outside_steps_seconds"],
+            "outside_steps_seconds_chaos": chaos["outside_steps_seconds"],
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
@@ -398,12 +406,15 @@ def main() -> None:
         f"{args.min_deadline:g} s at least for a replica that has answered since it started; seed {args.seed}); a "
         f"checkpoint every step at lag > 0, every 5 at lag 0.",
         markdown_table(["replicas", "standby", "lag", "faults / min", "steps/s calm", "steps/s chaos",
-                        "chaos / calm", "chaos / calm without standby", f"faults / min at {TARGET:g}", "faults",
+                        "chaos / calm", "chaos / calm without standby", "stepping chaos / calm",
+                        "outside steps s calm / chaos", f"faults / min at {TARGET:g}", "faults",
                         "idle spared", "re-dispatched", "timed out", "hedged calm / chaos", "promoted", "restores",
                         "steps redone", "same rollouts"], [
             [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}",
              f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
              "-" if r["chaos_over_plain_calm"] is None else f"{r['chaos_over_plain_calm']:.2f}",
+             f"{r['stepping_seconds_calm'] / r['stepping_seconds_chaos']:.2f}",
+             f"{r['outside_steps_seconds_calm']:.0f} / {r['outside_steps_seconds_chaos']:.0f}",
              "-" if r["break_even_faults_per_minute"] is None else f"{r['break_even_faults_per_minute']:.1f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0", str(r["idle_processes_spared"]),
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
@@ -416,7 +427,10 @@ def main() -> None:
         "run that faults slow meets more faults, so a ratio moves by far more than 0.1 between invocations. "
         f"`faults / min at {TARGET:g}`: the rate at which chaos / calm would be {TARGET:g} if every fault cost "
         "what this run's did on average (`extra / fault` below; a run of T seconds meets T / interval faults, so "
-        "chaos / calm = 1 - extra / interval). `chaos / calm without standby` divides a standby run's chaos "
+        "chaos / calm = 1 - extra / interval). `stepping chaos / calm`: the same ratio over the seconds the steps "
+        "themselves took (metrics.jsonl's `step_seconds`), and `outside steps`: the rest of each run (actors "
+        "started and loaded, the untrained evaluation, the export), which a run of 40 steps pays as a large share "
+        "and a long run does not. `chaos / calm without standby` divides a standby run's chaos "
         "steps/s by the calm steps/s of the run with the same serving replicas and no standby: the same serving "
         "capacity, so it is the honest figure of what standbys buy (on these 2 cores the standbys' memory and "
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
