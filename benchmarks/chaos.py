@@ -224,6 +224,12 @@ def _since(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else end - start
 
 
+def seconds_in_steps(run_dir: str) -> float:
+    """What a run's steps themselves took (metrics.jsonl's `step_seconds`, a redone step counted each time): the
+    rest of its wall time is start-up (actors constructed, models loaded), the untrained evaluation, the export."""
+    return sum(r["step_seconds"] for r in read_metrics(run_dir) if "step_seconds" in r)
+
+
 def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
     if killer:
         killer.start()
@@ -234,10 +240,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
         if killer:
             killer.stop.set()
     seconds = time.perf_counter() - start
-    # What the steps themselves took (metrics.jsonl's step_seconds, a redone step counted each time) against the
-    # rest: start-up (actors constructed, models loaded), the untrained evaluation, the final export.
-    stepping = sum(r["step_seconds"] for r in read_metrics(run_dir) if "step_seconds" in r)
-    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "stepping_seconds": stepping,
+    return {"steps_per_s": cfg.train.steps / seconds, "seconds": seconds, "stepping_seconds": seconds_in_steps(run_dir),
             "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
             "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],

@@ -1,12 +1,14 @@
-"""The chaos benchmark's arithmetic: the break-even fault rate, the figures' names per fault interval, `--every`."""
+"""The chaos benchmark's arithmetic: the break-even fault rate, the figures' names per fault interval, `--every`,
+the seconds a run spent in its steps."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
-from benchmarks.chaos import break_even_rate, headline_figures, seconds_list
+from benchmarks.chaos import break_even_rate, headline_figures, seconds_in_steps, seconds_list
 
 
 def test_break_even_rate_is_where_chaos_over_calm_would_meet_the_target():
@@ -42,3 +44,12 @@ def test_every_takes_positive_seconds_and_names_itself_when_not():
     assert seconds_list("60,20") == [60.0, 20.0]
     with pytest.raises(argparse.ArgumentTypeError, match="--every"):
         seconds_list("30,0")
+
+
+def test_seconds_in_steps_sums_every_step_row_and_nothing_else(tmp_path):
+    rows = [{"step": 0, "eval": {"reward_mean": 0.1}},  # the untrained evaluation: outside the steps
+            {"step": 1, "step_seconds": 1.5}, {"step": 2, "step_seconds": 2.0},
+            {"step": 2, "step_seconds": 2.25},  # step 2 redone after a restore: its time counts again
+            {"step": 2, "eval": {"reward_mean": 0.2}}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert seconds_in_steps(str(tmp_path)) == pytest.approx(5.75)
