@@ -48,7 +48,7 @@ import ray
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
 
@@ -227,7 +227,7 @@ def _since(start: float | None, end: float | None) -> float | None:
 def seconds_in_steps(run_dir: str) -> float:
     """What a run's steps themselves took (metrics.jsonl's `step_seconds`, a redone step counted each time): the
     rest of its wall time is start-up (actors constructed, models loaded), the untrained evaluation, the export."""
-    return sum(r["step_seconds"] for r in read_metrics(run_dir) if "step_seconds" in r)
+    return sum(r["step_seconds"] for r in step_records(run_dir))
 
 
 def measure(cfg, run_dir: str, killer: Killer | None) -> dict:

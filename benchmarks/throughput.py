@@ -40,7 +40,7 @@ from cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
 from mmrag.training.learner import Weights
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 from mmrag.training.streaming import RolloutStream
 from pipelines.options import add_config_options, config_from_args
 from mmrag.training.local import train_local
@@ -92,7 +92,7 @@ def steps_per_second(cfg: Config, run_dir: str, device_time: dict[str, DeviceTim
     """Train `cfg` distributed; optimiser steps/s over the step loop (after the first step) from the ledger."""
     summary = train_distributed(with_sections(cfg, train={"run_dir": run_dir}), progress=False,
                                 classes=simulated_actors(device_time))
-    steps = [r for r in read_metrics(run_dir) if "ledger" in r][1:]
+    steps = step_records(run_dir)[1:]
     seconds = sum(r["step_seconds"] for r in steps)
     learn = sum(r["stage_seconds"]["learn"] for r in steps) / len(steps)
     return {"steps_per_s": len(steps) / seconds, "learn_seconds": learn, "rollout_seconds": seconds / len(steps) - learn,

@@ -47,6 +47,8 @@ class ZooModel:
     summary: str
     revision: int = 1
     """Bumped when this builder's output changes (its fitting data or recipe): only this model is then rebuilt."""
+    needs: tuple[str, ...] = ()
+    """The zoo models its builder resolves (warm starts): built before it (`mmrag.zoo.parallel_build`)."""
 
 
 MODELS: dict[str, ZooModel] = {
@@ -55,15 +57,17 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("tiny-clip-init", "mmrag.zoo.tiny_clip:build_tiny_clip_init", "open_clip_model.safetensors",
                  "random mmrag-tiny-clip checkpoint (open_clip)"),
         ZooModel("tiny-clip", "mmrag.zoo.fit_clip:build_tiny_clip", "open_clip_model.safetensors",
-                 "mmrag-tiny-clip fitted contrastively on a synthetic world"),
+                 "mmrag-tiny-clip fitted contrastively on a synthetic world", needs=("tiny-clip-init",)),
         ZooModel("tiny-lvlm", "mmrag.zoo.tiny_lvlm:build_tiny_lvlm", "",
                  "random tiny Qwen2-VL with a locally trained tokenizer"),
         ZooModel("tiny-lvlm-captioner", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner", "",
-                 "tiny-lvlm fitted to describe images as search queries (world v1)"),
+                 "tiny-lvlm fitted to describe images as search queries (world v1)", revision=2, needs=("tiny-lvlm",)),
         ZooModel("tiny-clip-v2", "mmrag.zoo.fit_clip:build_tiny_clip_v2", "open_clip_model.safetensors",
-                 "tiny-clip refitted on generic caption-passage pairs in world v2's vocabulary, not its KB templates"),
+                 "tiny-clip refitted on generic caption-passage pairs in world v2's vocabulary, not its KB templates",
+                 needs=("tiny-clip",)),
         ZooModel("tiny-lvlm-captioner-v2", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner_v2", "",
-                 "tiny-lvlm-captioner refitted to describe images in its own style (world v2)"),
+                 "tiny-lvlm-captioner refitted to describe images in its own style (world v2)", revision=2,
+                 needs=("tiny-lvlm-captioner",)),
         ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
                  "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)",
                  revision=2),

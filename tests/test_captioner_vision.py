@@ -11,7 +11,7 @@ from mmrag.zoo.fit_captioner import attribute_heads_for, fit_vision, load_exampl
 def test_vision_stage_lowers_the_attribute_loss_of_linear_heads_over_flattened_visual_tokens(zoo_dir):
     model, processor = load_lvlm("zoo:tiny-lvlm", zoo_dir)
     examples = load_examples(num_entities=6, seed=11)
-    heads = attribute_heads_for(model, processor)
+    heads = attribute_heads_for(model, processor, seed=0)
     # 16 merged tokens of 128 values for a 64 x 64 picture, read by one linear head per attribute kind.
     assert {kind: head.weight.shape for kind, head in heads.heads.items()} == {
         "colour": (8, 16 * 128), "texture": (4, 16 * 128), "shape": (8, 16 * 128), "background": (6, 16 * 128)}
@@ -29,3 +29,14 @@ def test_named_attribute_wants_exactly_the_right_word_of_its_kind():
     assert not named_attribute("red striped circle square on navy", "shape", attributes)
     assert named_attribute("a picture of a red striped circle", "colour", attributes)
     assert not named_attribute("a picture of a red striped circle", "background", attributes)
+
+
+def test_attribute_heads_start_from_the_seed_whatever_the_process_drew_before(zoo_dir):
+    model, processor = load_lvlm("zoo:tiny-lvlm", zoo_dir)
+    first = attribute_heads_for(model, processor, seed=3).state_dict()
+    torch.rand(1000)  # what an earlier build in the same process would have drawn
+    again = attribute_heads_for(model, processor, seed=3).state_dict()
+    assert all(torch.equal(first[name], again[name]) for name in first)
+    other = attribute_heads_for(model, processor, seed=4).state_dict()
+    assert not torch.equal(first["heads.colour.weight"], other["heads.colour.weight"])
+

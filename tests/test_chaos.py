@@ -33,7 +33,7 @@ from helpers import assert_same_exported_weights
 
 from actors.learner import LearnerGroup, wait_for_ranks
 from actors.stage_pools import ActorPools
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 from mmrag.training.loop import LearnerGaveUp, train
 
 pytestmark = pytest.mark.slow  # kills actors of distributed runs on Ray
@@ -141,7 +141,7 @@ class ChaosLearner(LearnerGroup):
 def assert_finished_and_balanced(run_dir, summary) -> None:
     """The run reached its steps and exported; every step passed its own ledger check, so the trained rollouts
     are the learner's, each once: they must be the uninterrupted run's 1..STEPS."""
-    assert max(r["step"] for r in read_metrics(run_dir) if "ledger" in r) == STEPS
+    assert max(r["step"] for r in step_records(run_dir)) == STEPS
     assert (run_dir / "export" / "export.json").is_file()
     assert summary["trained_rollouts"] == list(range(1, STEPS + 1))
 
@@ -258,5 +258,5 @@ def test_a_rank_that_raises_on_one_version_is_restored_a_few_times_then_the_run_
     finally:
         learner.shutdown()
         pools.shutdown()
-    restores = [r for r in read_metrics(tmp_path) if "ledger" in r]
+    restores = step_records(tmp_path)
     assert [r["step"] for r in restores] == [1]

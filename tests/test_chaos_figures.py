@@ -48,8 +48,8 @@ def test_every_takes_positive_seconds_and_names_itself_when_not():
 
 def test_seconds_in_steps_sums_every_step_row_and_nothing_else(tmp_path):
     rows = [{"step": 0, "eval": {"reward_mean": 0.1}},  # the untrained evaluation: outside the steps
-            {"step": 1, "step_seconds": 1.5}, {"step": 2, "step_seconds": 2.0},
-            {"step": 2, "step_seconds": 2.25},  # step 2 redone after a restore: its time counts again
+            {"step": 1, "step_seconds": 1.5, "ledger": {}}, {"step": 2, "step_seconds": 2.0, "ledger": {}},
+            {"step": 2, "step_seconds": 2.25, "ledger": {}},  # step 2 redone after a restore: its time counts again
             {"step": 2, "eval": {"reward_mean": 0.2}}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert seconds_in_steps(str(tmp_path)) == pytest.approx(5.75)

@@ -14,7 +14,7 @@ import pytest
 from helpers import assert_same_exported_weights
 
 from cluster.resources import PlanDoesNotFit
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import read_metrics, step_records
 from mmrag.training.local import train_local
 from pipelines.train import train_distributed
 
@@ -23,12 +23,8 @@ pytestmark = pytest.mark.slow  # distributed training runs on Ray
 Q = 2
 
 
-def steps_of(run_dir) -> list[dict]:
-    return [r for r in read_metrics(run_dir) if "ledger" in r]
-
-
 def test_sync_run_records_versions_ledger_and_checkpoints(distributed_sync_run):
-    records = steps_of(distributed_sync_run)
+    records = step_records(distributed_sync_run)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     for r in records:
         assert (r["policy_version"], r["experience_version"], r["policy_lag"]) == (r["step"], r["step"] - 1, 0)
@@ -48,7 +44,7 @@ def test_sync_run_records_versions_ledger_and_checkpoints(distributed_sync_run):
 def test_the_single_process_mode_ends_where_the_distributed_sync_run_ends(distributed_sync_run, tiny_config, tmp_path):
     """One loop: the in-process parts draw the same trees and take the same steps as the Ray parts."""
     train_local(tiny_config(tmp_path, "train.checkpoint_every=2"), progress=False)
-    local, distributed = steps_of(tmp_path), steps_of(distributed_sync_run)
+    local, distributed = step_records(tmp_path), step_records(distributed_sync_run)
     for a, b in zip(local, distributed, strict=True):
         assert a["reward_mean"] == b["reward_mean"]
         for component in ("translator", "reranker"):
@@ -61,7 +57,7 @@ def test_an_interrupted_and_resumed_run_ends_where_the_uninterrupted_one_does(di
                                                                               tmp_path):
     train_distributed(tiny_config(tmp_path, "train.checkpoint_every=2", "train.steps=2"), progress=False)
     summary = train_distributed(tiny_config(tmp_path, "train.checkpoint_every=2"), resume=True, progress=False)
-    resumed, uninterrupted = steps_of(tmp_path), steps_of(distributed_sync_run)
+    resumed, uninterrupted = step_records(tmp_path), step_records(distributed_sync_run)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     for a, b in zip(resumed, uninterrupted):
         assert a["reward_mean"] == b["reward_mean"]
@@ -73,7 +69,7 @@ def test_an_interrupted_and_resumed_run_ends_where_the_uninterrupted_one_does(di
 
 def test_an_asynchronous_run_keeps_its_lag_within_the_bound(ray_session, tiny_config, tmp_path):
     summary = train_distributed(tiny_config(tmp_path, "train.max_policy_lag=1", "train.steps=5"), progress=False)
-    records = steps_of(tmp_path)
+    records = step_records(tmp_path)
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     assert all(r["policy_lag"] <= 1 for r in records)
     assert any(r["policy_lag"] == 1 for r in records), "rollouts ran while the learner trained"

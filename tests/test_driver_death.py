@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mmrag.config import config_to_dict
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 
 STEPS = 6
 
@@ -40,7 +40,7 @@ def test_a_distributed_driver_killed_mid_run_is_finished_by_the_same_command_run
 
     retried = subprocess.run(command, capture_output=True, text=True, timeout=400)
     assert retried.returncode == 0, retried.stderr[-2000:]
-    records = [r for r in read_metrics(tmp_path / "run") if "ledger" in r]
+    records = step_records(tmp_path / "run")
     assert records[-1]["step"] == STEPS
     assert {r["step"] for r in records} == set(range(1, STEPS + 1))
     ledger = records[-1]["ledger"]

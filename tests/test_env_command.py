@@ -22,7 +22,7 @@ def test_env_prints_every_version_and_the_zoo_builds_without_importing_ray(tmp_p
     (tmp_path / "tiny-clip" / "zoo.json").write_text(json.dumps(
         {"name": "tiny-clip", "seed": 3, "format_version": ZOO_FORMAT_VERSION - 1, "build_seconds": 9.5,
          "figures": {"heldout_query_to_passage_top1": 0.97}}))
-    for name, revision in (("visual-reader", 1), ("tiny-lvlm-captioner", 1)):  # visual-reader is at revision 2
+    for name, revision in (("visual-reader", 1), ("tiny-lvlm-captioner", 2)):  # both are at revision 2
         (tmp_path / name).mkdir()
         (tmp_path / name / "zoo.json").write_text(json.dumps(
             {"name": name, "seed": 0, "format_version": ZOO_FORMAT_VERSION, "revision": revision,
@@ -40,6 +40,6 @@ def test_env_prints_every_version_and_the_zoo_builds_without_importing_ray(tmp_p
     assert (f"  tiny-clip: format {ZOO_FORMAT_VERSION - 1} revision 1 (stale: rebuilt on next use), seed 3, built in 9.5 s; "
             'figures {"heldout_query_to_passage_top1": 0.97}') in out
     assert f"  visual-reader: format {ZOO_FORMAT_VERSION} revision 1 (stale: rebuilt on next use), seed 0" in out
-    assert f"  tiny-lvlm-captioner: format {ZOO_FORMAT_VERSION} revision 1, seed 0" in out
+    assert f"  tiny-lvlm-captioner: format {ZOO_FORMAT_VERSION} revision 2, seed 0" in out
     assert "  tiny-lvlm: not built" in out
     assert "heavy imports: []" in out

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_same_exported_weights
 
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 
 pytestmark = pytest.mark.slow  # a Ray cluster of three nodes and a distributed run on it
 
@@ -143,6 +143,6 @@ def test_a_run_that_loses_the_stage_node_then_rank_0s_node_ends_as_the_uninterru
     assert ledger["failed"] == 0, f"a batch failed for want of weights or a lost replica: {ledger}"
     assert ledger["restores"]["rank_lost"] == 1, "update 4 found rank 0 gone: one restore, from step 2"
     assert result["trained_rollouts"] == list(range(1, STEPS + 1)) and ledger["trained"] == STEPS, result
-    lossy, uninterrupted = ([r for r in read_metrics(d) if "ledger" in r] for d in (run_dir, distributed_sync_run))
+    lossy, uninterrupted = (step_records(d) for d in (run_dir, distributed_sync_run))
     assert [r["reward_mean"] for r in lossy][-2:] == [r["reward_mean"] for r in uninterrupted][-2:]
     assert_same_exported_weights(run_dir, distributed_sync_run)

@@ -26,7 +26,7 @@ from mmrag.config import config_to_dict
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import LedgerUnbalanced, RolloutLedger
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights, rollouts_of
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 from mmrag.training.loop import LearnerGaveUp, train
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.rollouts import RolloutFailed, Rollouts
@@ -160,10 +160,6 @@ class FailingOnce:
 @pytest.fixture(scope="module")
 def pipeline(tiny_config, tmp_path_factory) -> LocalPipeline:
     return LocalPipeline.from_config(tiny_config(tmp_path_factory.mktemp("unused")))
-
-
-def step_records(run_dir) -> list[dict]:
-    return [r for r in read_metrics(run_dir) if "ledger" in r]
 
 
 def test_micro_batches_finishing_out_of_order_give_the_trees_in_question_order(pipeline, synth_dir):

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from mmrag.training.metrics_log import read_metrics
+from mmrag.training.metrics_log import step_records
 from mmrag.training.weight_broadcast import buckets, join_sync_group, receive_state, send_state, serve_sync_store
 
 
@@ -59,6 +59,6 @@ def test_a_distributed_run_syncing_by_broadcast_samples_what_the_object_store_ru
         train_distributed(tiny_config(tmp_path, "train.steps=2", "learner.weight_sync=broadcast",
                                       "learner.durable_weights=false"), progress=False)
     assert not [r for r in caplog.records if r.name == "actors.weight_sync"], caplog.text
-    broadcast, object_store = ([r["reward_mean"] for r in read_metrics(d) if "ledger" in r]
+    broadcast, object_store = ([r["reward_mean"] for r in step_records(d)]
                                for d in (tmp_path, distributed_sync_run))
     assert broadcast == object_store[:2] and len(broadcast) == 2

@@ -72,3 +72,10 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
     return records
+
+
+def step_records(run_dir: str | Path) -> list[dict]:
+    """The records the trainer loop wrote for its steps (each with its `ledger` and `step_seconds`), in order: a
+    redone step appears once per time it ran; evaluation and summary records are left out."""
+    return [record for record in read_metrics(run_dir) if "ledger" in record]
+

@@ -155,10 +155,12 @@ class AttributeHeads(nn.Module):
         return torch.stack(losses).mean()
 
 
-def attribute_heads_for(model, processor) -> AttributeHeads:
-    """Heads sized for `model`'s visual tokens of one picture."""
+def attribute_heads_for(model, processor, seed: int) -> AttributeHeads:
+    """Heads sized for `model`'s visual tokens of one picture, initialised from `seed` (not from whatever this
+    process drew before: the build would then depend on the models built before it in the same process)."""
     with torch.no_grad():
         feature_size = image_features(model, processor, [Image.new("RGB", (8, 8))]).shape[1]
+    torch.manual_seed(seed)
     return AttributeHeads(feature_size)
 
 
@@ -192,7 +194,7 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
     the vision tower keeps its weights and there is no attribute loss (a refit that only rewords)."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    heads = attribute_heads_for(model, processor) if heads is None else heads
+    heads = attribute_heads_for(model, processor, seed) if heads is None else heads
     templates = question_templates() if templates is None else templates
     if vision_frozen:
         model.model.visual.requires_grad_(False)
@@ -254,7 +256,7 @@ def build_tiny_lvlm_captioner(out_dir: Path, cache_dir: str, seed: int, steps: i
     started = time.perf_counter()
     examples = load_examples(FIT_ENTITIES, seed + WORLD_SEED_OFFSET)
     heldout = load_examples(HELDOUT_ENTITIES, seed + HELDOUT_SEED_OFFSET)
-    heads = attribute_heads_for(model, processor)
+    heads = attribute_heads_for(model, processor, seed)
     vision_losses = fit_vision(model, processor, heads, examples, VISION_STEPS, seed)
     losses = fit(model, processor, examples, steps, seed, heads=heads)
     model.save_pretrained(out_dir)

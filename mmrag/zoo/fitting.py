@@ -10,6 +10,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+_progress_bars = True
+
+
+def hide_progress_bars() -> None:
+    """Fit in this process without progress bars (a worker of a parallel build: interleaved bars are unreadable)."""
+    global _progress_bars
+    _progress_bars = False
+
 
 def run_fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule, steps: int, name: str,
             batch_loss: Callable[[], torch.Tensor]) -> list[float]:
@@ -19,7 +27,7 @@ def run_fit(model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule, 
     """
     model.train()
     losses = []
-    progress = tqdm(range(steps), desc=f"fitting {name}", unit="step")
+    progress = tqdm(range(steps), desc=f"fitting {name}", unit="step", disable=not _progress_bars)
     for _ in progress:
         loss = batch_loss()
         optimizer.zero_grad()
