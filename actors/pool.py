@@ -9,12 +9,19 @@ preferring another replica, up to `retries` times, after a doubling back-off whe
 replica has just lost one (a replica Ray is still restarting spends no attempt); a call that
 raised in the actor's own code is not retried (it would fail again) and fails its micro-batch.
 
-Every call has a deadline: one past it is treated as lost, its replica hung (a wedged device
-call, a process stopped by the OS). A replica that has answered since it (re)started gets
+Every call has a deadline: one past it is treated as lost, its replica hung (a wedged device call, a
+process stopped by the OS). A replica that has answered since it (re)started gets
 `pools.call_timeout_factor` times the slowest of the pool's recent answers (within
-[`pools.min_call_timeout_s`, `pools.call_timeout_s`]), so a hang costs seconds, not minutes;
-one that is starting (loading its model) gets `pools.call_timeout_s`. The replica is killed
-(`ray.kill`, so Ray restarts it) and avoided for a period that doubles with each timeout in a
+[`pools.min_call_timeout_s`, `pools.call_timeout_s`]), so a hang costs seconds, not minutes; one
+that is starting (loading its model) gets `pools.call_timeout_s`. Past the tight deadline the
+replica is probed first (`pools.probe_timeout_s`): a method of its own concurrency group
+(`PROBE_GROUP`, its own thread), which a replica busy in a long call still answers and a process
+that cannot run (stopped by the OS, swapped out, frozen) does not. A replica that answers keeps its
+call and is probed again a tight deadline later, up to `pools.call_timeout_s` (a wedged device call
+answers probes: the full deadline finds it); one that does not answer within the probe timeout is
+hung. So a tight deadline costs a slow replica a probe, not a restart: on a loaded machine answers
+slow down together, and killing the slow replicas only loads the machine more. A hung replica is
+killed (`ray.kill`, so Ray restarts it) and avoided for a period that doubles with each timeout in a
 row, and the call is re-dispatched like a call whose replica died. A replica that times out
 `MAX_TIMEOUTS_IN_A_ROW` times in a row leaves the pool until it answers a health check.
 
@@ -37,9 +44,10 @@ standby: a hedge fires whenever a healthy replica's answer is merely slow (3 x t
 hiccup on a loaded machine), so hedging to standbys would keep them busy in an undisturbed run,
 which is what they must not cost (measured in benchmarks/chaos.py on 2 shared cores: 46 hedges
 to standbys in a 24-step calm run, and a calm run twice as slow). A stopped serving replica is
-therefore found at its deadline (the tight one, `pools.call_timeout_factor`), and then replaced
-like a dead one. A standby killed while idle is restarted by Ray unseen (no call finds it); one
-promoted while still restarting holds its first call in Ray's queue, as a lone replica does.
+therefore found at its deadline (the tight one, `pools.call_timeout_factor`, and a probe it does not
+answer), and then replaced like a dead one. A standby killed while idle is restarted by Ray unseen (no
+call finds it); one promoted while still restarting holds its first call in Ray's queue, as a lone
+replica does.
 """
 
 from __future__ import annotations
@@ -70,22 +78,35 @@ a call sent to a replica Ray is restarting waits in Ray's queue for it, so short
 MAX_BACKOFF_S = 4.0
 RECENT_ANSWERS = 32
 """Answer times a pool keeps for its tighter deadline (`timeout_factor`)."""
+PROBE_GROUP = "probe"
+"""The concurrency group of a replica's liveness probe (`probed`): a thread of its own beside its calls'."""
+
+
+def probed(actor_class: type) -> ray.actor.ActorClass:
+    """`actor_class` as a Ray actor class a pool can probe: with a one-thread `PROBE_GROUP` beside its calls' (a
+    probe sent to an actor without the group crashes it)."""
+    return ray.remote(concurrency_groups={PROBE_GROUP: 1})(actor_class)
 
 
 class ReplicaPool:
     def __init__(self, name: str, actors: list, calls_per_replica: int, retries: int, deadline_s: float,
                  timeout_factor: float = 0.0, min_timeout_s: float = 0.0, hedge_factor: float = 0.0,
-                 serving: int | None = None):
-        """`serving`: how many of `actors` serve calls (None: all); the others stand by (`actors.roster`)."""
+                 serving: int | None = None, probe_timeout_s: float = 0.0):
+        """`serving`: how many of `actors` serve calls (None: all); the others stand by (`actors.roster`).
+        `probe_timeout_s` > 0: probe a replica past its tight deadline before killing it (its actors made with
+        `probed`); 0: kill it there."""
         if not actors:
             raise ValueError(f"{name}: a pool needs at least one replica")
         if calls_per_replica < 1:
             raise ValueError(f"pools.calls_per_replica: expected at least 1, got {calls_per_replica}")
         if deadline_s <= 0:
             raise ValueError(f"pools.call_timeout_s: expected > 0, got {deadline_s}")
+        if probe_timeout_s < 0:
+            raise ValueError(f"pools.probe_timeout_s: expected >= 0, got {probe_timeout_s}")
         self.name, self.actors = name, actors
         self.calls_per_replica, self.retries, self.deadline_s = calls_per_replica, retries, deadline_s
         self.timeout_factor, self.min_timeout_s, self.hedge_factor = timeout_factor, min_timeout_s, hedge_factor
+        self.probe_timeout_s = probe_timeout_s
         self.answer_seconds: deque[float] = deque(maxlen=RECENT_ANSWERS)
         """Dispatch-to-answer seconds of the pool's latest calls."""
         self.started = [False] * len(actors)
@@ -98,6 +119,8 @@ class ReplicaPool:
         """Losing attempts of hedged calls, not yet answered: their replicas' slots stay taken until they are."""
         self.redispatched = 0
         self.timed_out = 0
+        self.probed_alive = 0
+        """Probes a replica past its tight deadline answered (it kept its call instead of a restart)."""
         self.hedged = 0
         self.promoted = 0
         """Standbys that took a lost or hung replica's place."""
@@ -143,11 +166,34 @@ class ReplicaPool:
         """Free the slot of every straggler that answered; count one past its deadline hung (kill its replica)."""
         for attempt in list(self.stragglers):
             answered = bool(ray.wait(attempt.returned[:1], timeout=0, fetch_local=False)[0])
-            if answered or now >= attempt.answer_by:
+            hung = not answered and now >= attempt.answer_by and self.overdue(attempt, now)
+            if answered or hung:
                 self.stragglers.remove(attempt)
                 self.in_flight[attempt.replica] -= 1
-                if not answered:
+                if hung:
                     self.hung(attempt.replica, attempt.sent)
+
+    def overdue(self, attempt: Attempt, now: float) -> bool:
+        """Whether `attempt`, at or past its `answer_by`, counts as hung. Not yet if a probe is due: one is sent
+        (its answer looked at after `probe_timeout_s`), or the one sent answered (alive: looked at again a tight
+        deadline later, never past `call_timeout_s`). A probe that raised (the replica died) or did not answer in
+        time, or the full deadline reached: hung."""
+        if attempt.probe is None:
+            if not self.probe_timeout_s or now - attempt.sent >= self.deadline_s:
+                return True
+            attempt.probe = self.actors[attempt.replica].__ray_ready__.options(concurrency_group=PROBE_GROUP).remote()
+            attempt.probe_by = now + self.probe_timeout_s
+            return False
+        probe, attempt.probe = attempt.probe, None
+        if not ray.wait([probe], timeout=0, fetch_local=False)[0]:
+            return True
+        try:
+            ray.get(probe)
+        except REPLICA_LOST:
+            return True
+        self.probed_alive += 1
+        attempt.timeout_s = min(self.deadline_s, now - attempt.sent + attempt.tight_s)
+        return now - attempt.sent >= self.deadline_s
 
     def answered(self, replica: int, seconds: float) -> None:
         self.answer_seconds.append(seconds)
@@ -232,11 +278,21 @@ class Attempt:
     replica: int
     sent: float
     timeout_s: float
+    """Seconds from `sent` until it is looked at (`ReplicaPool.overdue`): the tight deadline, later each time its
+    replica answers a probe."""
     returned: list
+    tight_s: float = 0.0
+    """The tight deadline it was sent with: how much later a replica that answered its probe is looked at again."""
+    probe: ray.ObjectRef | None = None
+    """The liveness probe sent once `timeout_s` passed, until it is looked at (at `probe_by`)."""
+    probe_by: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tight_s = self.tight_s or self.timeout_s
 
     @property
     def answer_by(self) -> float:
-        return self.sent + self.timeout_s
+        return self.probe_by if self.probe is not None else self.sent + self.timeout_s
 
 
 class Call:
@@ -344,6 +400,9 @@ class Call:
         pool, attempt = self.pool, self.attempt
         if now < attempt.answer_by:  # the hedge time came
             self._send_hedge()
+            return False
+        if not pool.overdue(attempt, now):  # probed: the answer is due later, or the replica is alive and working
+            self.deadline = attempt.answer_by
             return False
         pool.in_flight[attempt.replica] -= 1
         pool.hung(attempt.replica, attempt.sent)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from actors.pool import PROBE_GROUP
 from mmrag.config import IndexConfig
 from mmrag.retrieval.manifest import Manifest, ShardEntry
 from mmrag.retrieval.hit import Hit
@@ -26,7 +27,7 @@ from mmrag.retrieval.shard import ShardSearcher
 from mmrag.rl.rollout import Node, nodes_at
 
 
-@ray.remote
+@ray.remote(concurrency_groups={PROBE_GROUP: 1})  # probed by its pool (`actors.pool.probed`)
 class RetrievalShard:
     """One shard's FAISS index (GPU FAISS when this actor was given a GPU) and its memory-mapped doc store."""
 

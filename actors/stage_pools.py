@@ -26,7 +26,7 @@ from ray.exceptions import RayActorError, RayError
 from actors.actor_classes import ActorClasses
 from actors.placement import StagePlacement
 from actors.policy import PolicyWeights
-from actors.pool import Call, ReplicaPool
+from actors.pool import Call, ReplicaPool, probed
 from actors.retrieval import RetrievalRouter, merge_shard_rows
 from mmrag.config import Config
 from mmrag.retrieval.hit import Hit
@@ -181,7 +181,7 @@ class ActorPools:
         placement = StagePlacement(cfg)
 
         def place(actor_class: type, count: int, num_gpus: float, *args, stage: str) -> list:
-            remote_class = ray.remote(actor_class)
+            remote_class = probed(actor_class)
             return [remote_class.options(num_cpus=settings.actor_num_cpus, num_gpus=num_gpus,
                                          max_restarts=settings.max_restarts, max_task_retries=0,
                                          **placement.options(stage, i)).remote(*args)
@@ -206,9 +206,11 @@ class ActorPools:
         router.manifest.check_encoder(ray.get(encoder.identity.remote()), ray.get(encoder.dim.remote()))
         limits = (settings.calls_per_replica, settings.call_retries, settings.call_timeout_s,
                   settings.call_timeout_factor, settings.min_call_timeout_s, settings.hedge_factor)
-        pools = {stage: ReplicaPool(stage, actors, *limits, serving=len(actors) - standby)
+        probe = settings.probe_timeout_s
+        pools = {stage: ReplicaPool(stage, actors, *limits, serving=len(actors) - standby, probe_timeout_s=probe)
                  for stage, actors in groups.items()}
-        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits, serving=cfg.index.shard_replicas)
+        shards = [ReplicaPool(f"retrieval_shard_{i}", replicas, *limits, serving=cfg.index.shard_replicas,
+                              probe_timeout_s=probe)
                   for i, replicas in enumerate(router.shard_replicas)]
         for stage, pool in pools.items():
             pool.starting(readiness[stage])
@@ -330,6 +332,10 @@ class ActorPools:
     def timed_out_calls(self) -> dict[str, int]:
         """Calls that passed their deadline (their replica killed), per pool."""
         return {pool.name: pool.timed_out for pool in self._all_pools() if pool.timed_out}
+
+    def probed_alive_calls(self) -> dict[str, int]:
+        """Probes of replicas past their tight deadline that answered (busy, not hung: kept, not killed), per pool."""
+        return {pool.name: pool.probed_alive for pool in self._all_pools() if pool.probed_alive}
 
     def promoted_standbys(self) -> dict[str, int]:
         """Standbys that took a lost or hung serving replica's place, per pool."""

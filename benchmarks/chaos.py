@@ -244,6 +244,7 @@ def measure(cfg, run_dir: str, killer: Killer | None) -> dict:
             "ledger": summary["ledger"],
             "trained_rollouts": summary["trained_rollouts"], "redispatched": summary["redispatched_calls"],
             "timed_out": summary["timed_out_calls"], "hedged": summary["hedged_calls"],
+            "probed_alive": summary["probed_alive_calls"],
             "promoted": sum(outage.get("promoted") is not None for outage in summary["outages"]),
             "fault_costs": fault_costs(killer.records, summary["outages"], killer.stop_s) if killer else []}
 
@@ -268,6 +269,7 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> list[dict]:
             "fault_costs": chaos["fault_costs"],
             "redispatched_calls": chaos["redispatched"], "timed_out_calls": chaos["timed_out"],
             "hedged_calls_calm": calm["hedged"], "hedged_calls": chaos["hedged"],
+            "probed_alive_calls_calm": calm["probed_alive"], "probed_alive_calls": chaos["probed_alive"],
             "promoted_standbys": chaos["promoted"], "idle_processes_spared": killer.idle_spared,
             "ledger": chaos["ledger"], "same_rollouts": chaos["trained_rollouts"] == calm["trained_rollouts"]}
         record["extra_s_per_fault"] = seconds_lost_per_fault([record])
@@ -385,7 +387,8 @@ def main() -> None:
     results = {"machine": machine(), "date": datetime.date.today().isoformat(), "steps": args.steps,
                "fault_every_s": args.every, "faults_per_minute": [60 / every for every in args.every],
                "call_timeout_s": args.deadline, "min_call_timeout_s": args.min_deadline,
-               "hedge_factor": cfg.pools.hedge_factor, "target": TARGET, "runs": runs,
+               "hedge_factor": cfg.pools.hedge_factor, "probe_timeout_s": cfg.pools.probe_timeout_s,
+               "target": TARGET, "runs": runs,
                **headline_figures(runs, deployments[-1], args.every[0])}
     report = "\n\n".join([
         f"## Chaos ({results['date']})",
@@ -404,12 +407,14 @@ def main() -> None:
         f"the half interval before: an idle standby is spared, a fault there would cost nothing) is "
         f"SIGKILLed, every third fault (the first included) instead "
         f"such a generator or shard SIGSTOPped for {2 * args.deadline:g} s (call deadline {args.deadline:g} s, "
-        f"{args.min_deadline:g} s at least for a replica that has answered since it started; seed {args.seed}); a "
+        f"{args.min_deadline:g} s at least for a replica that has answered since it started, then a probe given "
+        f"{cfg.pools.probe_timeout_s:g} s, `pools.probe_timeout_s`; seed {args.seed}); a "
         f"checkpoint every step at lag > 0, every 5 at lag 0.",
         markdown_table(["replicas", "standby", "lag", "faults / min", "steps/s calm", "steps/s chaos",
                         "chaos / calm", "chaos / calm without standby", "stepping chaos / calm",
                         "outside steps s calm / chaos", f"faults / min at {TARGET:g}", "faults",
-                        "idle spared", "re-dispatched", "timed out", "hedged calm / chaos", "promoted", "restores",
+                        "idle spared", "re-dispatched", "timed out", "probed alive calm / chaos",
+                        "hedged calm / chaos", "promoted", "restores",
                         "steps redone", "same rollouts"], [
             [str(r["replicas"]), str(r["standby"]), str(r["lag"]), f"{r['faults_per_minute']:.1f}",
              f"{r['steps_per_s']:.3f}", f"{r['steps_per_s_chaos']:.3f}", f"{r['chaos_over_calm']:.2f}",
@@ -420,6 +425,7 @@ def main() -> None:
              "-" if r["break_even_faults_per_minute"] is None else f"{r['break_even_faults_per_minute']:.1f}",
              ", ".join(f"{k} {n}" for k, n in sorted(r["faults"].items())) or "0", str(r["idle_processes_spared"]),
              str(sum(r["redispatched_calls"].values())), str(sum(r["timed_out_calls"].values())),
+             f"{sum(r['probed_alive_calls_calm'].values())} / {sum(r['probed_alive_calls'].values())}",
              f"{sum(r['hedged_calls_calm'].values())} / {sum(r['hedged_calls'].values())}",
              str(r["promoted_standbys"]),
              ", ".join(f"{k} {n}" for k, n in r["ledger"]["restores"].items() if n) or "0",
@@ -438,7 +444,9 @@ def main() -> None:
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
         "restore from the latest checkpoint with or without standbys. `idle spared`: processes left out of the "
         "draws, summed over the faults, as the least busy of their class (standbys, mostly; a replica Ray is "
-        "restarting counts as busy while it imports). `promoted`: standbys that took a lost or hung "
+        "restarting counts as busy while it imports). `probed alive`: probes sent past a call's tight deadline "
+        "that the replica answered (busy, not hung: it kept its call; without probes each would have been a "
+        "kill and a restart). `promoted`: standbys that took a lost or hung "
         "replica's place. What each fault cost, in seconds from its signal: `detect` until its pool "
         "noticed (the actor-death error for a SIGKILL, the call deadline or a hedge for a SIGSTOP), `promote` "
         "until a standby served in its place, `restart` until Ray started the successor process (from the pool's "

@@ -418,12 +418,17 @@ class PoolsConfig:
     call_timeout_s: float = 300.0
     """Deadline of one stage call: past it the replica counts as hung, is killed (Ray restarts it) and the call is
     re-dispatched; two timeouts in a row take a replica out of its pool until it answers a health check."""
-    call_timeout_factor: float = 8.0
+    call_timeout_factor: float = 3.0
     """Tighter deadline for a replica that has answered since it (re)started: this many times the slowest of its
     pool's recent answers, at least `min_call_timeout_s` and at most `call_timeout_s` (a hung replica is found in
-    seconds, not minutes); 0: always `call_timeout_s`. A replica that is starting gets `call_timeout_s`."""
-    min_call_timeout_s: float = 5.0
+    seconds, not minutes); 0: always `call_timeout_s`. A replica that is starting gets `call_timeout_s`. Past it
+    the replica is probed first (`probe_timeout_s`), so a tight deadline costs a busy replica a probe, not its call."""
+    min_call_timeout_s: float = 2.0
     """Floor of the tighter deadline (`call_timeout_factor`)."""
+    probe_timeout_s: float = 2.0
+    """Past the tighter deadline a replica is probed in a thread of its own: answered within this many seconds,
+    it is busy, not hung, and keeps its call (probed again a tighter deadline later, up to `call_timeout_s`); not
+    answered, it is hung. 0: no probe, hung at the tighter deadline."""
     hedge_factor: float = 3.0
     """A call unanswered after this many times its pool's median recent answer is sent to a second replica too
     (one with room that has not just lost a call); the first answer wins, the slower replica is left to its

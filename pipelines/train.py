@@ -62,6 +62,7 @@ def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
         summary["redispatched_calls"] = pools.redispatched_calls()
         summary["timed_out_calls"] = pools.timed_out_calls()
         summary["hedged_calls"] = pools.hedged_calls()
+        summary["probed_alive_calls"] = pools.probed_alive_calls()
         summary["promoted_standbys"] = pools.promoted_standbys()
         summary["outages"] = pools.outages()
         return summary
