@@ -57,7 +57,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -182,7 +182,7 @@ class ReplicaPool:
             if not self.probe_timeout_s or now - attempt.sent >= self.deadline_s:
                 return True
             attempt.probe = self.actors[attempt.replica].__ray_ready__.options(concurrency_group=PROBE_GROUP).remote()
-            attempt.probe_by = now + self.probe_timeout_s
+            attempt.answer_by = now + self.probe_timeout_s
             return False
         probe, attempt.probe = attempt.probe, None
         if not ray.wait([probe], timeout=0, fetch_local=False)[0]:
@@ -192,7 +192,7 @@ class ReplicaPool:
         except REPLICA_LOST:
             return True
         self.probed_alive += 1
-        attempt.timeout_s = min(self.deadline_s, now - attempt.sent + attempt.tight_s)
+        attempt.answer_by = min(attempt.sent + self.deadline_s, now + attempt.timeout_s)
         return now - attempt.sent >= self.deadline_s
 
     def answered(self, replica: int, seconds: float) -> None:
@@ -278,21 +278,17 @@ class Attempt:
     replica: int
     sent: float
     timeout_s: float
-    """Seconds from `sent` until it is looked at (`ReplicaPool.overdue`): the tight deadline, later each time its
-    replica answers a probe."""
+    """The tight deadline it was sent with (`ReplicaPool.deadline_for`): also how much later a replica that answered
+    its probe is looked at again."""
     returned: list
-    tight_s: float = 0.0
-    """The tight deadline it was sent with: how much later a replica that answered its probe is looked at again."""
     probe: ray.ObjectRef | None = None
-    """The liveness probe sent once `timeout_s` passed, until it is looked at (at `probe_by`)."""
-    probe_by: float = 0.0
+    """The liveness probe sent once `answer_by` passed, until it is looked at."""
+    answer_by: float = field(init=False)
+    """When it is looked at (`ReplicaPool.overdue`): `timeout_s` after `sent`, then when its probe is due, then a
+    tight deadline after each probe it answered, never past `pools.call_timeout_s` from `sent`."""
 
     def __post_init__(self) -> None:
-        self.tight_s = self.tight_s or self.timeout_s
-
-    @property
-    def answer_by(self) -> float:
-        return self.probe_by if self.probe is not None else self.sent + self.timeout_s
+        self.answer_by = self.sent + self.timeout_s
 
 
 class Call:
@@ -409,7 +405,7 @@ class Call:
         if self.hedge:
             self._take(self.hedge)
             return False
-        self._resend(f"no answer within {attempt.timeout_s:.3g} s, {self.attempts} times (pools.call_timeout_s, "
+        self._resend(f"no answer within {attempt.answer_by - attempt.sent:.3g} s, {self.attempts} times (pools.call_timeout_s, "
                      "pools.call_timeout_factor)")
         return True
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from actors.pool import PROBE_GROUP
+from actors.pool import probed
 from mmrag.config import IndexConfig
 from mmrag.retrieval.manifest import Manifest, ShardEntry
 from mmrag.retrieval.hit import Hit
@@ -27,7 +27,6 @@ from mmrag.retrieval.shard import ShardSearcher
 from mmrag.rl.rollout import Node, nodes_at
 
 
-@ray.remote(concurrency_groups={PROBE_GROUP: 1})  # probed by its pool (`actors.pool.probed`)
 class RetrievalShard:
     """One shard's FAISS index (GPU FAISS when this actor was given a GPU) and its memory-mapped doc store."""
 
@@ -95,8 +94,8 @@ class RetrievalRouter:
         if missing:
             raise FileNotFoundError(f"{missing[0]}: shard file listed in the index manifest is missing; "
                                     f"rebuild the index with `mmrag index --force`")
-        placement = RetrievalShard.options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus,
-                                           max_restarts=max_restarts, max_task_retries=0)
+        placement = probed(RetrievalShard).options(num_cpus=cfg.shard_num_cpus, num_gpus=cfg.shard_num_gpus,
+                                                   max_restarts=max_restarts, max_task_retries=0)
         shard_replicas = [[placement.remote(str(index_dir), entry, cfg) for _ in range(replicas)]
                           for entry in manifest.shards]
         router = cls(manifest, shard_replicas)
