@@ -11,7 +11,7 @@ raised in the actor's own code is not retried (it would fail again) and fails it
 
 Every call has a deadline: one past it is treated as lost, its replica hung (a wedged device call, a
 process stopped by the OS). A replica that has answered since it (re)started gets
-`pools.call_timeout_factor` times the slowest of the pool's recent answers (within
+`pools.call_timeout_factor` times the pool's median recent answer (within
 [`pools.min_call_timeout_s`, `pools.call_timeout_s`]), so a hang costs seconds, not minutes; one
 that is starting (loading its model) gets `pools.call_timeout_s`. Past the tight deadline the
 replica is probed first (`pools.probe_timeout_s`): a method of its own concurrency group
@@ -145,7 +145,10 @@ class ReplicaPool:
         """Seconds a call to `replica` may take before it counts as hung."""
         if not (self.timeout_factor and self.started[replica] and self.answer_seconds):
             return self.deadline_s
-        return min(self.deadline_s, max(self.min_timeout_s, self.timeout_factor * max(self.answer_seconds)))
+        # The median, not the slowest: one slow answer (a loaded moment) would hold the deadline up for the next 32
+        # calls, and a call past the deadline only costs a probe when its replica is merely busy.
+        return min(self.deadline_s, max(self.min_timeout_s,
+                                        self.timeout_factor * statistics.median(self.answer_seconds)))
 
     def hedge_after(self, replica: int) -> float:
         """Seconds after which a call to `replica` is sent to a second replica too (inf: never; a pool of one, no

@@ -13,7 +13,7 @@ flatter the standby runs) and SIGKILLs it, or, every third
 time (the first included), SIGSTOPs such a generator or retrieval shard for twice the call
 deadline (`--deadline`, `pools.call_timeout_s`), so the deadline has to find it: the tighter
 deadline of a replica that has answered since it started (`pools.call_timeout_factor` times its
-pool's slowest recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
+pool's median recent answer, at least `--min-deadline`, `pools.min_call_timeout_s`); with a
 second serving replica a hedge (`pools.hedge_factor`) usually answers first. Reports
 steps/s of both runs and their ratio (`chaos_over_calm`, target >= 0.8) with the fault rate at
 which the ratio would be 0.8 given what a fault cost on average (`break_even_faults_per_minute`),

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import ray
 
 from cluster.runtime_env import forwarded_env_vars
+
+RAY_SYSTEM_CONFIG = {"kill_worker_timeout_milliseconds": 1000}
+"""Ray settings a Ray this project starts is given (`ray_cluster.yaml`'s head restates them, `--system-config`).
+`kill_worker_timeout_milliseconds`: how long the raylet waits for an actor told to exit before it SIGKILLs the
+process (Ray's default 5000). A replica the pools kill as hung is stopped or frozen and never exits by itself, so
+this wait is added to every hung replica's restart: measured 7.0 s from `ray.kill` to the restarted actor's first
+answer at Ray's default, 3.0 s at 1000 ms (2 cores). A replica that can run exits at once, as before."""
+
+
+def system_config_flag() -> str:
+    """`RAY_SYSTEM_CONFIG` as `ray start --head`'s `--system-config` argument."""
+    return json.dumps(RAY_SYSTEM_CONFIG, separators=(",", ":"))
 
 
 def connect(address: str, num_cpus: int) -> bool:
@@ -22,5 +35,5 @@ def connect(address: str, num_cpus: int) -> bool:
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _system_config=RAY_SYSTEM_CONFIG)
     return True

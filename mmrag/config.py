@@ -419,8 +419,8 @@ class PoolsConfig:
     """Deadline of one stage call: past it the replica counts as hung, is killed (Ray restarts it) and the call is
     re-dispatched; two timeouts in a row take a replica out of its pool until it answers a health check."""
     call_timeout_factor: float = 3.0
-    """Tighter deadline for a replica that has answered since it (re)started: this many times the slowest of its
-    pool's recent answers, at least `min_call_timeout_s` and at most `call_timeout_s` (a hung replica is found in
+    """Tighter deadline for a replica that has answered since it (re)started: this many times its pool's median
+    recent answer, at least `min_call_timeout_s` and at most `call_timeout_s` (a hung replica is found in
     seconds, not minutes); 0: always `call_timeout_s`. A replica that is starting gets `call_timeout_s`. Past it
     the replica is probed first (`probe_timeout_s`), so a tight deadline costs a busy replica a probe, not its call."""
     min_call_timeout_s: float = 2.0

@@ -63,8 +63,10 @@ def ray_session():
     """One local Ray instance for the whole test session."""
     import ray
 
+    from cluster.connect import RAY_SYSTEM_CONFIG
+
     # More logical CPUs than cores: the tests place several small actor groups at once.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, _system_config=RAY_SYSTEM_CONFIG)
     yield ray
     ray.shutdown()
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.connect import system_config_flag
 from cluster.resources import (
     ActorGroup,
     PlanDoesNotFit,
@@ -104,6 +105,22 @@ def test_launcher_yaml_passes_ray_up_validation_and_installs_the_package():
     assert launcher["file_mounts"]["~/mmrag"] == "."
     setup = "\n".join(launcher["setup_commands"])
     assert 'pip install -e "$HOME/mmrag[gpu]"' in setup and "faiss-gpu" in setup
+    head = " ".join(launcher["head_start_ray_commands"])
+    assert f"--system-config='{system_config_flag()}'" in head, "the cluster's head must get RAY_SYSTEM_CONFIG"
+
+
+def test_a_local_ray_started_by_connect_runs_its_workers_with_the_projects_system_config():
+    # In a process of its own: the session's Ray is already initialised, so connect() would only join it.
+    probe = ("import ray\n"
+             "from cluster.connect import RAY_SYSTEM_CONFIG, connect\n"
+             "assert connect('', 1)\n"
+             "read = ray.remote(lambda: ray._raylet.Config.kill_worker_timeout_milliseconds())\n"
+             "assert ray.get(read.remote()) == RAY_SYSTEM_CONFIG['kill_worker_timeout_milliseconds'], ray.get(read.remote())\n"
+             "ray.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_runtime_env_ships_code_and_offline_switches():
@@ -173,7 +190,8 @@ class _PrivateRayHead:
         self.env.pop("RAY_AUTH_TOKEN", None)
         command = [str(RAY_BIN), "start", "--head", "--block", "--temp-dir", self.temp_dir,
                    "--num-cpus", str(num_cpus), "--num-gpus", "0", "--include-dashboard", "true",
-                   "--dashboard-host", "127.0.0.1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
+                   "--dashboard-host", "127.0.0.1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats",
+                   "--system-config", system_config_flag()]
         command += [arg for flag, port in self.ports.items() for arg in (f"--{flag}", str(port))]
         with open(Path(self.temp_dir) / "head.log", "w") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,

@@ -11,18 +11,23 @@ from actors.pool import SUSPECT_SECONDS, ReplicaPool
 from actors.stage_pools import wait_until_one_up
 
 
-def test_a_replica_that_answered_gets_the_factor_times_the_slowest_recent_answer_and_a_starting_one_the_full_deadline():
+def test_a_replica_that_answered_gets_the_factor_times_the_median_recent_answer_and_a_starting_one_the_full_deadline():
     pool = ReplicaPool("answer", ["replica 0", "replica 1"], calls_per_replica=2, retries=3, deadline_s=300.0,
                        timeout_factor=8.0, min_timeout_s=2.0)
     assert pool.deadline_for(0) == 300.0, "no answer yet: it may still be loading its model"
     pool.answered(0, 0.1)
     assert pool.deadline_for(0) == 2.0, "8 x 0.1 s is under the floor"
     pool.answered(0, 1.5)
-    assert pool.deadline_for(0) == pytest.approx(12.0)
+    pool.answered(0, 1.0)
+    assert pool.deadline_for(0) == pytest.approx(8.0), "8 x the median of 0.1, 1.5 and 1.0 s"
+    pool.answered(0, 20.0)
+    pool.answered(0, 0.9)
+    assert pool.deadline_for(0) == pytest.approx(8.0), "one slow answer does not hold the deadline up"
     assert pool.deadline_for(1) == 300.0, "replica 1 has not answered since it started"
     pool.lost(0)
     assert pool.deadline_for(0) == 300.0, "restarting: its first call waits for the restart"
-    pool.answered(0, 100.0)
+    for _ in range(6):
+        pool.answered(0, 100.0)
     assert pool.deadline_for(0) == 300.0, "never above pools.call_timeout_s"
 
 
