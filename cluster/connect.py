@@ -25,9 +25,10 @@ def system_config_flag() -> str:
 def connect(address: str, num_cpus: int) -> bool:
     """Join `address` (its workers get the job variables this command set, see `cluster.runtime_env`);
     else, inside a job from `ray job submit` (which sets RAY_ADDRESS and the job's runtime_env), join that
-    job's cluster; else start a single-node Ray declaring `num_cpus` (its workers inherit this process's
-    environment). True if this call connected (the caller then disconnects with `ray.shutdown`), False if
-    Ray was already initialised."""
+    job's cluster; else start a new single-node Ray declaring `num_cpus` (its workers inherit this process's
+    environment; never another Ray running on this machine, which a plain `ray.init()` would join).
+    True if this call connected (the caller then disconnects with `ray.shutdown`), False if Ray was already
+    initialised."""
     if ray.is_initialized():
         return False
     if address:
@@ -35,5 +36,5 @@ def connect(address: str, num_cpus: int) -> bool:
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _system_config=RAY_SYSTEM_CONFIG)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _system_config=RAY_SYSTEM_CONFIG)
     return True
