@@ -408,8 +408,8 @@ class Call:
         if self.hedge:
             self._take(self.hedge)
             return False
-        self._resend(f"no answer within {attempt.answer_by - attempt.sent:.3g} s, {self.attempts} times (pools.call_timeout_s, "
-                     "pools.call_timeout_factor)")
+        self._resend(f"no answer within {attempt.answer_by - attempt.sent:.3g} s, {self.attempts} times "
+                     "(pools.call_timeout_s, pools.call_timeout_factor)")
         return True
 
     def abandon(self) -> None:

@@ -14,7 +14,8 @@ RAY_SYSTEM_CONFIG = {"kill_worker_timeout_milliseconds": 1000}
 `kill_worker_timeout_milliseconds`: how long the raylet waits for an actor told to exit before it SIGKILLs the
 process (Ray's default 5000). A replica the pools kill as hung is stopped or frozen and never exits by itself, so
 this wait is added to every hung replica's restart: measured 7.0 s from `ray.kill` to the restarted actor's first
-answer at Ray's default, 3.0 s at 1000 ms (2 cores). A replica that can run exits at once, as before."""
+answer at Ray's default, 3.0 s at 1000 ms (2 cores). A replica that can run exits at once, as before.
+Pass `ray.init` a copy: it adds its session's settings (the spilling directory) to the dict it is given."""
 
 
 def system_config_flag() -> str:
@@ -36,5 +37,5 @@ def connect(address: str, num_cpus: int) -> bool:
     elif os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"])
     else:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _system_config=RAY_SYSTEM_CONFIG)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _system_config=dict(RAY_SYSTEM_CONFIG))
     return True

@@ -66,7 +66,8 @@ def ray_session():
     from cluster.connect import RAY_SYSTEM_CONFIG
 
     # More logical CPUs than cores: the tests place several small actor groups at once.
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False, _system_config=RAY_SYSTEM_CONFIG)
+    ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,
+             _system_config=dict(RAY_SYSTEM_CONFIG))
     yield ray
     ray.shutdown()
 

@@ -115,7 +115,8 @@ def test_a_local_ray_started_by_connect_runs_its_workers_with_the_projects_syste
              "from cluster.connect import RAY_SYSTEM_CONFIG, connect\n"
              "assert connect('', 1)\n"
              "read = ray.remote(lambda: ray._raylet.Config.kill_worker_timeout_milliseconds())\n"
-             "assert ray.get(read.remote()) == RAY_SYSTEM_CONFIG['kill_worker_timeout_milliseconds'], ray.get(read.remote())\n"
+             "seen = ray.get(read.remote())\n"
+             "assert seen == RAY_SYSTEM_CONFIG['kill_worker_timeout_milliseconds'], seen\n"
              "ray.shutdown()\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
