@@ -12,7 +12,8 @@ them to the run's storage, whose URI the record carries, so losing rank 0's node
 has not answered within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
 process); the process group itself is built with that timeout, so a collective broken by
 a dead peer fails on the survivors too. A process group cannot take a rank
-back, so `restart` replaces the whole group and restores a checkpoint. The ranks are one placement group
+back, so `restart` replaces the whole group and restores a checkpoint, taking as its ranks the
+`learner.spare_ranks` processes started ahead (`actors.rank_processes`). The ranks are one placement group
 (`learner.strict_pack`: STRICT_PACK, else PACK), reserved once and kept across restarts. What a rank does is
 `mmrag.training.deepspeed_rank.DeepSpeedRank`; `LearnerRank` only hosts it.
 """
@@ -30,6 +31,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import remove_placement_group
 
 from actors.placement import in_bundle, reserve
+from actors.rank_processes import RankProcesses, error_of
 from actors.retrieval import fetch_hits_rows
 from actors.weight_sync import WeightBroadcast
 from cluster.resources import PlanDoesNotFit, check_fits, placement_plan, resource_plan
@@ -129,19 +131,11 @@ def check_placeable(cfg: Config) -> None:
                              f"one node, but no node has that much; lower learner.num_cpus_per_worker or add nodes")
 
 
-def _error_of(ref: ray.ObjectRef) -> RayError | None:
-    try:
-        ray.get(ref)
-    except RayError as exc:
-        return exc
-    return None
-
-
 def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: list, what: str) -> LearnerRankError:
     """The error to raise for a failed rank call: a dead rank is named before a survivor it broke."""
     if not isinstance(error, RayActorError) and others:
         finished, _ = ray.wait(others, num_returns=len(others), timeout=DEAD_PEER_GRACE_S)
-        dead = [(other, exc) for other in finished if isinstance(exc := _error_of(other), RayActorError)]
+        dead = [(other, exc) for other in finished if isinstance(exc := error_of(other), RayActorError)]
         if dead:
             ref, error = dead[0]
     rank = rank_of[ref]
@@ -193,7 +187,7 @@ class GroupUpdate:
         """Every rank finished, or one failed (noticed at once: the others may wait in a collective for it), or the
         deadline passed."""
         ready = ray.wait(self.futures, num_returns=len(self.futures), timeout=0)[0]
-        return (len(ready) == len(self.futures) or any(_error_of(ref) is not None for ref in ready)
+        return (len(ready) == len(self.futures) or any(error_of(ref) is not None for ref in ready)
                 or time.monotonic() >= self.deadline)
 
     def result(self) -> LearnerUpdate:
@@ -217,6 +211,7 @@ class LearnerGroup:
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers
         self.ranks: list = []
+        self.processes = RankProcesses(self._new_rank, self.world_size + cfg.learner.spare_ranks)
         self.sync: WeightBroadcast | None = None
         """The policy replicas versions are broadcast to (`attach_policy_replicas`), if any."""
         check_placeable(cfg)
@@ -231,11 +226,7 @@ class LearnerGroup:
     def _start(self, checkpoint: str | Path | None) -> None:
         """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""
         learner, world = self.cfg.learner, self.cfg.learner.num_workers
-        options = {"num_cpus": learner.num_cpus_per_worker, "num_gpus": 1 if learner.use_gpu else 0,
-                   # Named outright, DeepSpeed does not warn that it found no GPU on a CPU learner.
-                   "runtime_env": {"env_vars": {"DS_ACCELERATOR": "cuda" if learner.use_gpu else "cpu"}}}
-        self.ranks = [self.rank_actor.options(**options, **in_bundle(self.placement, i)).remote()
-                      for i in range(world)]
+        self.ranks = self.processes.take(world)
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
                            learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)",
@@ -251,6 +242,16 @@ class LearnerGroup:
         except BaseException:
             self._stop_ranks()
             raise
+        self.processes.start_spares()
+
+    def _new_rank(self, bundle: int):
+        """A new rank actor in bundle `bundle` of the group's placement group."""
+        learner = self.cfg.learner
+        return self.rank_actor.options(
+            num_cpus=learner.num_cpus_per_worker, num_gpus=1 if learner.use_gpu else 0,
+            # Named outright, DeepSpeed does not warn that it found no GPU on a CPU learner.
+            runtime_env={"env_vars": {"DS_ACCELERATOR": "cuda" if learner.use_gpu else "cpu"}},
+            **in_bundle(self.placement, bundle)).remote()
 
     def _publish(self) -> Weights:
         calls = [rank.publish.remote() for rank in self.ranks]
@@ -298,8 +299,8 @@ class LearnerGroup:
         self._on_every_rank("export", str(directory))
 
     def restart(self, checkpoint_dir: str | Path | None = None) -> None:
-        """Replace every rank by a fresh one (a new process group, in the same placement group) and restore
-        `checkpoint_dir`, else start over."""
+        """Replace every rank by a spare (`learner.spare_ranks`) or a new process (a new process group, in the same
+        placement group) and restore `checkpoint_dir`, else start over."""
         self._stop_ranks()
         if self.sync is not None:
             self.sync.reset()  # its sender was rank 0
@@ -309,11 +310,15 @@ class LearnerGroup:
         """Each rank's process id (to watch or, in tests, kill a rank)."""
         return self._on_every_rank("pid")
 
+    def spare_pids(self) -> list[int]:
+        """Each spare rank's process id (`learner.spare_ranks`)."""
+        return self.processes.spare_pids()
+
     def _stop_ranks(self) -> None:
-        for rank in self.ranks:
-            ray.kill(rank)
+        self.processes.stop_ranks()
         self.ranks = []
 
     def shutdown(self) -> None:
-        self._stop_ranks()
+        self.processes.stop_all()
+        self.ranks = []
         remove_placement_group(self.placement)

@@ -3,7 +3,8 @@
 Not a test: `python -m benchmarks.chaos [--config CFG] [--steps S] [--every SECONDS] [--lags 0,2]
 [--replicas 1,2] [--standby 0,1]` from the repository root, with the config's dataset and index
 built. For each replica count (serving replicas of every stage pool and every retrieval shard),
-each count of standby replicas (`pools.standby_replicas`) and each lag, trains with the same
+each count of standby replicas (`pools.standby_replicas`, and as many spare processes per learner
+rank, `learner.spare_ranks`) and each lag, trains with the same
 config (a checkpoint every step at lag > 0) once undisturbed and, for each fault interval of
 `--every`, once with a killer thread (after one untimed warm-up run for the whole invocation:
 worker start-up and first imports) that every interval picks one process at random among this
@@ -48,6 +49,7 @@ import ray
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
+from cluster.resources import plan_totals, resource_plan
 from mmrag.training.metrics_log import step_records
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
@@ -94,13 +96,15 @@ def cpu_seconds(pids) -> dict[int, float]:
     return used
 
 
-def busiest_share(processes: dict[int, str], worked: dict[int, float], share: float) -> set[int]:
+def busiest_share(processes: dict[int, str], worked: dict[int, float], share: float, rank_share: float = 1.0
+                  ) -> set[int]:
     """Of each stage actor class in `processes` (pid -> class), the `share` of its processes (rounded up) that did
-    the most work (`worked`: pid -> CPU seconds); every learner rank (no rank stands by)."""
+    the most work (`worked`: pid -> CPU seconds); of the learner's rank processes, the `rank_share` (the ranks, not
+    the spares standing by)."""
     chosen = set()
     for kind in set(processes.values()):
         pids = sorted((p for p, k in processes.items() if k == kind), key=lambda p: -worked[p])
-        chosen.update(pids if kind == "LearnerRank" else pids[:math.ceil(share * len(pids))])
+        chosen.update(pids[:math.ceil((rank_share if kind == "LearnerRank" else share) * len(pids))])
     return chosen
 
 
@@ -109,9 +113,10 @@ class Killer(threading.Thread):
     actor class: those that worked most in the last half interval), or (every third fault, from the first) SIGSTOP
     such a generator or shard for `stop_s` seconds; records each fault (`Fault`) and watches its victim come back."""
 
-    def __init__(self, every: float, seed: int, stop_s: float, serving_share: float = 1.0):
+    def __init__(self, every: float, seed: int, stop_s: float, serving_share: float = 1.0, rank_share: float = 1.0):
         super().__init__(daemon=True)
-        self.every, self.rng, self.stop_s, self.serving_share = every, random.Random(seed), stop_s, serving_share
+        self.every, self.rng, self.stop_s = every, random.Random(seed), stop_s
+        self.serving_share, self.rank_share = serving_share, rank_share
         self.stop, self.faults = threading.Event(), Counter()
         self.records: list[Fault] = []
         self.idle_spared = 0
@@ -124,7 +129,8 @@ class Killer(threading.Thread):
                 return
             now = cpu_seconds(actor_processes())
             processes = {p: kind for p, kind in actor_processes().items() if p in before and p in now}
-            worked = busiest_share(processes, {p: now[p] - before[p] for p in processes}, self.serving_share)
+            worked = busiest_share(processes, {p: now[p] - before[p] for p in processes}, self.serving_share,
+                                   self.rank_share)
             hang = sum(self.faults.values()) % 3 == 0  # the first fault a hang: short runs see one too
             candidates = sorted(p for p in worked if not hang or processes[p] in HANGABLE)
             if not candidates:
@@ -258,7 +264,9 @@ def measure_lag(cfg, lag: int, args, tmp: str) -> list[dict]:
     serving = cfg.translator.num_replicas  # every stage and shard alike (`with_replicas`)
     records = []
     for every in args.every:
-        killer = Killer(every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas))
+        ranks = cfg.learner.num_workers
+        killer = Killer(every, args.seed, 2 * args.deadline, serving / (serving + cfg.pools.standby_replicas),
+                        ranks / (ranks + cfg.learner.spare_ranks))
         chaos = measure(cfg, str(Path(tmp) / f"chaos_{lag}_every_{every:g}"), killer)
         record = {
             "lag": lag, "fault_every_s": every, "faults_per_minute": 60 / every,
@@ -293,10 +301,11 @@ def break_even_rate(extra_s_per_fault: float, target: float = TARGET) -> float |
 
 def with_replicas(cfg, n: int, standby: int):
     """`cfg` with `n` serving replicas of every stage pool and `n` serving actors per retrieval shard, and `standby`
-    more of each standing by."""
+    more of each standing by, and as many spare processes per learner rank (`learner.spare_ranks`)."""
     replicas = {"num_replicas": n}
     return with_sections(cfg, translator=replicas, encoder=replicas, reranker=replicas, generator=replicas,
-                         reward=replicas, index={"shard_replicas": n}, pools={"standby_replicas": standby})
+                         reward=replicas, index={"shard_replicas": n}, pools={"standby_replicas": standby},
+                         learner={"spare_ranks": standby * cfg.learner.num_workers})
 
 
 def with_plain_calm(runs: list[dict]) -> None:
@@ -360,7 +369,8 @@ def main() -> None:
                              "are not replicas); each gives chaos_over_calm_lag_N_replicas_R (without standbys)")
     parser.add_argument("--standby", default="0,1",
                         help="standby replicas of every stage pool and of every retrieval shard "
-                             "(pools.standby_replicas), comma-separated, each measured with every --replicas "
+                             "(pools.standby_replicas), and as many spare processes per learner rank "
+                             "(learner.spare_ranks), comma-separated, each measured with every --replicas "
                              "(default 0,1); each above 0 gives chaos_over_calm_lag_N_replicas_R_standby_S and "
                              "chaos_over_plain_calm_lag_N_replicas_R_standby_S (over the calm run without standbys); "
                              "the last pair measured gives chaos_over_calm_lag_N")
@@ -369,7 +379,9 @@ def main() -> None:
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
                                                         "mode": "distributed"})
     deployments = [(int(n), int(s)) for n in args.replicas.split(",") for s in args.standby.split(",")]
-    connect(cfg.ray.address, cfg.ray.num_cpus)
+    # A local Ray declares logical CPUs enough for the largest deployment's bundles, its standbys' and spares' too.
+    needed = max(plan_totals(resource_plan(with_replicas(cfg, n, s)))["CPU"] for n, s in deployments)
+    connect(cfg.ray.address, max(cfg.ray.num_cpus, math.ceil(needed)))
     with tempfile.TemporaryDirectory() as tmp:
         # Untimed: the first run on a fresh Ray pays for worker start-up and first imports, which would flatter
         # every chaos run compared with it.
@@ -397,7 +409,8 @@ def main() -> None:
         f"{' or '.join(map(str, sorted({n for n, _ in deployments})))} serving replica(s) of every stage pool and of "
         f"every retrieval shard (`replicas`) and {' or '.join(map(str, sorted({s for _, s in deployments})))} "
         f"standby replica(s) of each (`standby`, `pools.standby_replicas`: loaded, sent no call until one takes a "
-        f"lost or hung replica's place), the same in a calm run and the chaos run it is compared with (the "
+        f"lost or hung replica's place) and as many spare processes per learner rank (`learner.spare_ranks`: "
+        f"imported, idle until a restore takes them as its ranks), the same in a calm run and the chaos run it is compared with (the "
         f"learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its pool's median "
         f"answer is hedged to a second serving replica, never to a standby, `pools.hedge_factor`); in "
         f"the chaos runs every {' or '.join(f'{e:g}' for e in args.every)} s "
@@ -442,7 +455,8 @@ def main() -> None:
         "steps/s by the calm steps/s of the run with the same serving replicas and no standby: the same serving "
         "capacity, so it is the honest figure of what standbys buy (on these 2 cores the standbys' memory and "
         "start-up share the machine; idle, they use no CPU). A learner rank is no replica: a rank fault costs a "
-        "restore from the latest checkpoint with or without standbys. `idle spared`: processes left out of the "
+        "restore from the latest checkpoint with or without standbys; with spares its new ranks need not import "
+        "(a learner fault's `restart` is then when a new spare started). `idle spared`: processes left out of the "
         "draws, summed over the faults, as the least busy of their class (standbys, mostly; a replica Ray is "
         "restarting counts as busy while it imports). `probed alive`: probes sent past a call's tight deadline "
         "that the replica answered (busy, not hung: it kept its call; without probes each would have been a "

@@ -51,7 +51,8 @@ def resource_plan(cfg: Config) -> list[ActorGroup]:
         ActorGroup("reranker", cfg.reranker.num_replicas + standby, actor_cpus, cfg.reranker.num_gpus),
         ActorGroup("generator_pool", cfg.generator.num_replicas + standby, actor_cpus, cfg.generator.num_gpus),
         ActorGroup("reward_pool", cfg.reward.num_replicas + standby, actor_cpus, cfg.reward.num_gpus),
-        ActorGroup("learner_workers", cfg.learner.num_workers, cfg.learner.num_cpus_per_worker, learner_gpus),
+        ActorGroup("learner_workers", cfg.learner.num_workers + cfg.learner.spare_ranks,
+                   cfg.learner.num_cpus_per_worker, learner_gpus),
     ]
 
 

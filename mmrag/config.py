@@ -393,6 +393,11 @@ class LearnerConfig:
     sync_timeout_s: float = 60.0
     """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
     a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""
+    spare_ranks: NonNegativeInt = 0
+    """Rank processes started ahead, each holding a bundle as a rank does (`learner.num_cpus_per_worker`, a GPU with
+    `use_gpu`), imported and idle: a restore takes them as its new ranks instead of waiting for new processes to
+    import torch, DeepSpeed and the models' code (a restore 7.1 s -> 1.9 s, benchmarks/learner_restart.py). With
+    `num_workers` of them no rank of a restore starts a process; the spares are started again after it."""
     max_restores: int = 3
     """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
     naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of

@@ -1,5 +1,5 @@
 """The chaos benchmark's arithmetic: the break-even fault rate, the figures' names per fault interval, `--every`,
-the seconds a run spent in its steps."""
+the seconds a run spent in its steps, which processes a fault may hit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import json
 
 import pytest
 
-from benchmarks.chaos import break_even_rate, headline_figures, seconds_in_steps, seconds_list
+from benchmarks.chaos import break_even_rate, busiest_share, headline_figures, seconds_in_steps, seconds_list
+
+
+def test_faults_spare_what_stands_by_the_idlest_of_each_class_among_replicas_and_among_rank_processes():
+    processes = {1: "LearnerRank", 2: "LearnerRank", 3: "LearnerRank", 4: "LearnerRank",
+                 5: "GeneratorActor", 6: "GeneratorActor"}
+    worked = {1: 0.0, 2: 3.0, 3: 0.1, 4: 2.0, 5: 0.0, 6: 1.0}
+    assert busiest_share(processes, worked, 0.5, 0.5) == {2, 4, 6}, "two ranks, two spares; one serving generator"
+    assert busiest_share(processes, worked, 1.0) == set(processes), "nothing stands by"
 
 
 def test_break_even_rate_is_where_chaos_over_calm_would_meet_the_target():

@@ -142,7 +142,7 @@ def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zero3_run(ray_session, cfg, local_run, tmp_path_factory):
-    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3)
+    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3, spare_ranks=2)
     group = LearnerGroup(dataclasses.replace(cfg, learner=learner))
     try:
         out = tmp_path_factory.mktemp("zero3")
@@ -192,14 +192,20 @@ def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_ru
 
 def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_from_the_checkpoint(local_run,
                                                                                                 zero3_run):
+    """The restarted ranks are the spare that stood by (the other was lost standing by) and one new process."""
     group, batches, out = zero3_run.learner, local_run[1], zero3_run.out / "restarted"
-    pid = group.pids()[1]  # asked first: a rank answers calls in order, so after the update it would be too late
+    lost_spare, spare = group.spare_pids()
+    os.kill(lost_spare, signal.SIGKILL)
+    ranks = group.pids()  # asked first: a rank answers calls in order, so after the update it would be too late
     pending = group.start_update(batches[0])
-    os.kill(pid, signal.SIGKILL)
+    os.kill(ranks[1], signal.SIGKILL)
     with pytest.raises(LearnerRankError, match="learner rank 1 died during update") as failure:
         pending.result()
     assert failure.value.rank == 1
     group.restart(zero3_run.out / "checkpoint")
+    restarted = group.pids()
+    assert restarted[0] == spare and not {lost_spare, *ranks} & set(restarted), (restarted, spare, lost_spare, ranks)
+    assert len(group.spare_pids()) == 2, "spares started again in the bundles the old ranks left"
     assert group.version == CHECKPOINT_AFTER
     assert_same_weights(group.weights(), zero3_run.updates[CHECKPOINT_AFTER - 1].weights)
     assert_same_steps(drive(group, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),

@@ -27,6 +27,12 @@ def test_replicas_sharing_a_gpu_are_packed_one_bundle_per_device():
     assert set(plans) == {"translator", "learner_workers"}, "CPU-only stages need no placement group"
 
 
+def test_spare_ranks_hold_bundles_of_their_own_like_the_ranks():
+    cfg = load_config(GPU_PRESET, ["learner.spare_ranks=2"])  # 2 GPU ranks, 2 spares
+    plans = {plan.name: plan for plan in placement_plan(cfg)}
+    assert [(b.num_cpus, b.num_gpus) for b in plans["learner_workers"].bundles] == [(1.0, 1.0)] * 4
+
+
 def test_pack_spreads_ranks_when_no_node_holds_them_all_and_strict_pack_refuses():
     nodes = {"a": {"CPU": 8, "GPU": 1}, "b": {"CPU": 8, "GPU": 1}}
     cfg = load_config(GPU_PRESET, [])  # 2 GPU ranks
