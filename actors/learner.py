@@ -210,7 +210,6 @@ class LearnerGroup:
         self.cfg = cfg
         self.rank_actor = ray.remote(rank_class)
         self.world_size = cfg.learner.num_workers
-        self.ranks: list = []
         self.processes = RankProcesses(self._new_rank, self.world_size + cfg.learner.spare_ranks)
         self.sync: WeightBroadcast | None = None
         """The policy replicas versions are broadcast to (`attach_policy_replicas`), if any."""
@@ -226,7 +225,7 @@ class LearnerGroup:
     def _start(self, checkpoint: str | Path | None) -> None:
         """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""
         learner, world = self.cfg.learner, self.cfg.learner.num_workers
-        self.ranks = self.processes.take(world)
+        self.processes.take(world)
         try:
             wait_for_ranks([rank.__ray_ready__.remote() for rank in self.ranks], "placement",
                            learner.startup_timeout_s, "no node has its CPUs/GPUs free (other actors hold them)",
@@ -243,6 +242,11 @@ class LearnerGroup:
             self._stop_ranks()
             raise
         self.processes.start_spares()
+
+    @property
+    def ranks(self) -> list:
+        """The rank actors, in rank order."""
+        return self.processes.rank_actors()
 
     def _new_rank(self, bundle: int):
         """A new rank actor in bundle `bundle` of the group's placement group."""
@@ -316,9 +320,7 @@ class LearnerGroup:
 
     def _stop_ranks(self) -> None:
         self.processes.stop_ranks()
-        self.ranks = []
 
     def shutdown(self) -> None:
         self.processes.stop_all()
-        self.ranks = []
         remove_placement_group(self.placement)

@@ -42,12 +42,14 @@ class RankProcesses:
 
     def take(self, world: int) -> list[ActorHandle]:
         """`world` rank actors, in rank order: the live spares first, then new processes in free bundles."""
-        for spare in self._live_spares()[:world]:
-            self.spares.remove(spare)
-            self.ranks.append(spare)
+        self._release_lost_spares()
+        self.ranks, self.spares = self.spares[:world], self.spares[world:]
         while len(self.ranks) < world:
             bundle = self.free.pop(0)
             self.ranks.append((self.new_rank(bundle), bundle))
+        return self.rank_actors()
+
+    def rank_actors(self) -> list[ActorHandle]:
         return [actor for actor, _ in self.ranks]
 
     def start_spares(self) -> None:
@@ -60,16 +62,16 @@ class RankProcesses:
         """Each spare's process id (in tests, to kill one or to find it among the ranks)."""
         return ray.get([actor.pid.remote() for actor, _ in self.spares])
 
-    def _live_spares(self) -> list[tuple[ActorHandle, int]]:
-        """The spares, less (and released) those lost while standing by."""
+    def _release_lost_spares(self) -> None:
+        """Release the spares lost while standing by."""
         pings = [actor.__ray_ready__.remote() for actor, _ in self.spares]
         if pings:
             ray.wait(pings, num_returns=len(pings), timeout=SPARE_CHECK_S)
-        for spare, ping in zip(list(self.spares), pings):
-            if ray.wait([ping], timeout=0)[0] and error_of(ping) is not None:
-                self.spares.remove(spare)
-                self._release(*spare)
-        return list(self.spares)
+        lost = [spare for spare, ping in zip(self.spares, pings)
+                if ray.wait([ping], timeout=0)[0] and error_of(ping) is not None]
+        for spare in lost:
+            self.spares.remove(spare)
+            self._release(*spare)
 
     def stop_ranks(self) -> None:
         for actor, bundle in self.ranks:

@@ -49,7 +49,7 @@ import ray
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
-from cluster.resources import plan_totals, resource_plan
+from cluster.resources import local_ray_cpus
 from mmrag.training.metrics_log import step_records
 from pipelines.options import add_config_options, config_from_args
 from pipelines.train import train_distributed
@@ -379,9 +379,7 @@ def main() -> None:
     cfg = with_sections(config_from_args(args), train={"steps": args.steps, "eval_every": 10**9,
                                                         "mode": "distributed"})
     deployments = [(int(n), int(s)) for n in args.replicas.split(",") for s in args.standby.split(",")]
-    # A local Ray declares logical CPUs enough for the largest deployment's bundles, its standbys' and spares' too.
-    needed = max(plan_totals(resource_plan(with_replicas(cfg, n, s)))["CPU"] for n, s in deployments)
-    connect(cfg.ray.address, max(cfg.ray.num_cpus, math.ceil(needed)))
+    connect(cfg.ray.address, local_ray_cpus([with_replicas(cfg, n, s) for n, s in deployments]))
     with tempfile.TemporaryDirectory() as tmp:
         # Untimed: the first run on a fresh Ray pays for worker start-up and first imports, which would flatter
         # every chaos run compared with it.
@@ -410,7 +408,8 @@ def main() -> None:
         f"every retrieval shard (`replicas`) and {' or '.join(map(str, sorted({s for _, s in deployments})))} "
         f"standby replica(s) of each (`standby`, `pools.standby_replicas`: loaded, sent no call until one takes a "
         f"lost or hung replica's place) and as many spare processes per learner rank (`learner.spare_ranks`: "
-        f"imported, idle until a restore takes them as its ranks), the same in a calm run and the chaos run it is compared with (the "
+        f"imported, idle until a restore takes them as its ranks), the same in a calm run and the chaos run it is "
+        f"compared with (the "
         f"learner's ranks are not replicas; a call unanswered after {cfg.pools.hedge_factor:g} x its pool's median "
         f"answer is hedged to a second serving replica, never to a standby, `pools.hedge_factor`); in "
         f"the chaos runs every {' or '.join(f'{e:g}' for e in args.every)} s "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import signal
 import statistics
@@ -24,7 +23,7 @@ from actors.learner import LearnerGroup
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from cluster.connect import connect
-from cluster.resources import plan_totals, resource_plan
+from cluster.resources import local_ray_cpus
 from pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "learner_restart.json"
@@ -59,7 +58,7 @@ def main() -> None:
     cfg = config_from_args(args)
     workers = cfg.learner.num_workers
     settings = {spares: with_sections(cfg, learner={"spare_ranks": spares}) for spares in (0, workers)}
-    connect(cfg.ray.address, max(cfg.ray.num_cpus, math.ceil(plan_totals(resource_plan(settings[workers]))["CPU"])))
+    connect(cfg.ray.address, local_ray_cpus(list(settings.values())))
     runs = {spares: time_restores(setting, args.restores) for spares, setting in settings.items()}
     figures = {"date": datetime.date.today().isoformat(), "machine": machine(), "num_workers": workers,
                "restores": args.restores, "runs": {str(s): r for s, r in runs.items()},

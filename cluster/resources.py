@@ -56,6 +56,13 @@ def resource_plan(cfg: Config) -> list[ActorGroup]:
     ]
 
 
+def local_ray_cpus(cfgs: list[Config]) -> int:
+    """Logical CPUs a local Ray declares to place the plan of every config in `cfgs` (each run alone): the first's
+    `ray.num_cpus`, or more where a plan needs more (its standbys' and spare ranks' bundles too)."""
+    needed = max(plan_totals(resource_plan(cfg))["CPU"] for cfg in cfgs)
+    return max(cfgs[0].ray.num_cpus, math.ceil(needed))
+
+
 def plan_totals(plan: list[ActorGroup]) -> dict[str, float]:
     """Summed reservations of a plan: {"CPU": ..., "GPU": ...}."""
     return {"CPU": sum(g.total_cpus for g in plan), "GPU": sum(g.total_gpus for g in plan)}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.resources import PlanDoesNotFit, place_bundles, placement_plan
+from cluster.resources import PlanDoesNotFit, local_ray_cpus, place_bundles, placement_plan, plan_totals, resource_plan
 from mmrag.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +31,13 @@ def test_spare_ranks_hold_bundles_of_their_own_like_the_ranks():
     cfg = load_config(GPU_PRESET, ["learner.spare_ranks=2"])  # 2 GPU ranks, 2 spares
     plans = {plan.name: plan for plan in placement_plan(cfg)}
     assert [(b.num_cpus, b.num_gpus) for b in plans["learner_workers"].bundles] == [(1.0, 1.0)] * 4
+
+
+def test_a_local_ray_declares_cpus_for_the_largest_plan_and_never_fewer_than_ray_num_cpus():
+    plain = load_config(ROOT / "configs" / "local.yaml", [])
+    standing_by = load_config(ROOT / "configs" / "local.yaml", ["pools.standby_replicas=1", "learner.spare_ranks=2"])
+    assert plan_totals(resource_plan(plain))["CPU"] < plain.ray.num_cpus == local_ray_cpus([plain])
+    assert local_ray_cpus([plain, standing_by]) == 10 > plain.ray.num_cpus, plan_totals(resource_plan(standing_by))
 
 
 def test_pack_spreads_ranks_when_no_node_holds_them_all_and_strict_pack_refuses():
