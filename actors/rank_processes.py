@@ -10,6 +10,7 @@ it starts new ones, and then starts spares again in the bundles the old ranks le
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import ray
 from ray.actor import ActorHandle
@@ -27,7 +28,18 @@ def error_of(ref: ray.ObjectRef) -> RayError | None:
 
 SPARE_CHECK_S = 1.0
 """How long `take` waits for the spares to answer a ping: a dead one's fails at once, a live one's answers in
-milliseconds (one still importing is taken anyway: it is ready sooner than a new process)."""
+milliseconds. One that has not answered is taken anyway if it never answered (still importing: it is ready
+sooner than a new process), and released if it answered before (hung: stopped or frozen)."""
+
+
+class Spare(NamedTuple):
+    actor: ActorHandle
+    bundle: int
+    ready: ray.ObjectRef
+    """Its first `__ray_ready__`, sent at its start: done once the process has imported and been constructed."""
+
+    def answered_before(self) -> bool:
+        return bool(ray.wait([self.ready], timeout=0)[0]) and error_of(self.ready) is None
 
 
 class RankProcesses:
@@ -35,15 +47,15 @@ class RankProcesses:
         """`new_rank(bundle)`: a new rank actor placed in that bundle; `bundles`: the ranks' and the spares'."""
         self.new_rank = new_rank
         self.free = list(range(bundles))
-        self.spares: list[tuple[ActorHandle, int]] = []
-        """Each spare's actor and bundle."""
+        self.spares: list[Spare] = []
         self.ranks: list[tuple[ActorHandle, int]] = []
         """Each rank's actor and bundle, in rank order."""
 
     def take(self, world: int) -> list[ActorHandle]:
         """`world` rank actors, in rank order: the live spares first, then new processes in free bundles."""
         self._release_lost_spares()
-        self.ranks, self.spares = self.spares[:world], self.spares[world:]
+        self.ranks = [(spare.actor, spare.bundle) for spare in self.spares[:world]]
+        self.spares = self.spares[world:]
         while len(self.ranks) < world:
             bundle = self.free.pop(0)
             self.ranks.append((self.new_rank(bundle), bundle))
@@ -56,22 +68,24 @@ class RankProcesses:
         """A spare in every free bundle, not waited for: it imports while the ranks train."""
         while self.free:
             bundle = self.free.pop(0)
-            self.spares.append((self.new_rank(bundle), bundle))
+            actor = self.new_rank(bundle)
+            self.spares.append(Spare(actor, bundle, actor.__ray_ready__.remote()))
 
     def spare_pids(self) -> list[int]:
         """Each spare's process id (in tests, to kill one or to find it among the ranks)."""
-        return ray.get([actor.pid.remote() for actor, _ in self.spares])
+        return ray.get([spare.actor.pid.remote() for spare in self.spares])
 
     def _release_lost_spares(self) -> None:
-        """Release the spares lost while standing by."""
-        pings = [actor.__ray_ready__.remote() for actor, _ in self.spares]
+        """Release the spares lost (dead or hung) while standing by."""
+        answered_before = [spare.answered_before() for spare in self.spares]
+        pings = [spare.actor.__ray_ready__.remote() for spare in self.spares]
         if pings:
             ray.wait(pings, num_returns=len(pings), timeout=SPARE_CHECK_S)
-        lost = [spare for spare, ping in zip(self.spares, pings)
-                if ray.wait([ping], timeout=0)[0] and error_of(ping) is not None]
+        lost = [spare for spare, ping, answered in zip(self.spares, pings, answered_before)
+                if (error_of(ping) is not None if ray.wait([ping], timeout=0)[0] else answered)]
         for spare in lost:
             self.spares.remove(spare)
-            self._release(*spare)
+            self._release(spare.actor, spare.bundle)
 
     def stop_ranks(self) -> None:
         for actor, bundle in self.ranks:
@@ -81,7 +95,7 @@ class RankProcesses:
     def stop_all(self) -> None:
         self.stop_ranks()
         for spare in self.spares:
-            self._release(*spare)
+            self._release(spare.actor, spare.bundle)
         self.spares = []
 
     def _release(self, actor: ActorHandle, bundle: int) -> None:

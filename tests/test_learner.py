@@ -142,7 +142,9 @@ def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zero3_run(ray_session, cfg, local_run, tmp_path_factory):
-    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3, spare_ranks=2)
+    # Three spares: one to kill, one to stop, one to be taken. A restore that waited for the stopped one would
+    # fail after startup_timeout_s (here 90 s, not 300, so that it fails soon).
+    learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3, spare_ranks=3, startup_timeout_s=90.0)
     group = LearnerGroup(dataclasses.replace(cfg, learner=learner))
     try:
         out = tmp_path_factory.mktemp("zero3")
@@ -192,10 +194,12 @@ def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_ru
 
 def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_from_the_checkpoint(local_run,
                                                                                                 zero3_run):
-    """The restarted ranks are the spare that stood by (the other was lost standing by) and one new process."""
+    """The restarted ranks are the spare that stood by and one new process: of the other two spares, one died and
+    one hung (SIGSTOP) while standing by, and neither is taken."""
     group, batches, out = zero3_run.learner, local_run[1], zero3_run.out / "restarted"
-    lost_spare, spare = group.spare_pids()
-    os.kill(lost_spare, signal.SIGKILL)
+    dead_spare, hung_spare, spare = group.spare_pids()
+    os.kill(dead_spare, signal.SIGKILL)
+    os.kill(hung_spare, signal.SIGSTOP)
     ranks = group.pids()  # asked first: a rank answers calls in order, so after the update it would be too late
     pending = group.start_update(batches[0])
     os.kill(ranks[1], signal.SIGKILL)
@@ -204,8 +208,10 @@ def test_a_rank_killed_mid_update_is_named_and_the_restarted_group_continues_fro
     assert failure.value.rank == 1
     group.restart(zero3_run.out / "checkpoint")
     restarted = group.pids()
-    assert restarted[0] == spare and not {lost_spare, *ranks} & set(restarted), (restarted, spare, lost_spare, ranks)
-    assert len(group.spare_pids()) == 2, "spares started again in the bundles the old ranks left"
+    lost = {dead_spare, hung_spare, *ranks}
+    assert restarted[0] == spare and not lost & set(restarted), (restarted, spare, dead_spare, hung_spare, ranks)
+    spares = group.spare_pids()
+    assert len(spares) == 3 and not lost & set(spares), "spares started again in the bundles the lost ones left"
     assert group.version == CHECKPOINT_AFTER
     assert_same_weights(group.weights(), zero3_run.updates[CHECKPOINT_AFTER - 1].weights)
     assert_same_steps(drive(group, batches[CHECKPOINT_AFTER:], out, CHECKPOINT_AFTER + 1),
