@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import time
 import uuid
@@ -68,6 +69,11 @@ def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: 
                       MASTER_PORT=str(port))
     # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
     import deepspeed
+
+    if not use_gpu:
+        # deepspeed.init_distributed JIT-loads its shared-memory collectives through torch.utils.cpp_extension, whose
+        # import warns "No CUDA runtime is found" wherever a CUDA toolkit is installed: true, and no news to gloo.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
     backend = "nccl" if use_gpu else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)

@@ -1,0 +1,38 @@
+"""A CPU rank joins its process group without torch's CUDA-toolkit notice in its output (users see a rank's output
+in the driver's terminal)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTICE = "No CUDA runtime is found"
+
+JOIN = """
+from mmrag.training.deepspeed_rank import join_process_group, serve_rendezvous
+store = serve_rendezvous(1)
+print(join_process_group(0, 1, "127.0.0.1", store.port, use_gpu=False, timeout_s=30, store=store))
+"""
+
+
+def run(code: str, cuda_home: Path) -> subprocess.CompletedProcess:
+    # A CUDA toolkit where torch looks for one: what makes torch warn on a machine without a GPU.
+    env = {**os.environ, "CUDA_HOME": str(cuda_home), "DS_ACCELERATOR": "cpu"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=120)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch warns of a missing CUDA runtime only without a GPU")
+def test_a_cpu_rank_joins_its_group_without_the_cuda_toolkit_notice(tmp_path):
+    plain = run("import torch.utils.cpp_extension", tmp_path)
+    assert NOTICE in plain.stderr, "the setup makes torch warn"
+    joined = run(JOIN, tmp_path)
+    assert joined.returncode == 0, joined.stderr[-3000:]
+    assert joined.stdout.strip().splitlines()[-1] == "cpu"
+    assert NOTICE not in joined.stdout + joined.stderr
