@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import logging
 import os
 import time
 import uuid
@@ -71,9 +70,11 @@ def join_process_group(rank: int, world: int, address: str, port: int, use_gpu: 
     import deepspeed
 
     if not use_gpu:
-        # deepspeed.init_distributed JIT-loads its shared-memory collectives through torch.utils.cpp_extension, whose
-        # import warns "No CUDA runtime is found" wherever a CUDA toolkit is installed: true, and no news to gloo.
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+        # deepspeed.init_distributed JIT-builds (28 s on 2 cores, once per machine) and loads a shared-memory
+        # all-reduce that only DeepSpeed's inference kernels call; a gloo rank trains through torch.distributed.
+        # Its build also imported torch.utils.cpp_extension, which warns "No CUDA runtime is found" wherever a
+        # CUDA toolkit is installed. Marked incompatible, it is neither built nor loaded.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
     backend = "nccl" if use_gpu else "gloo"
     timeout = datetime.timedelta(seconds=timeout_s)
