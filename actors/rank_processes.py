@@ -42,6 +42,14 @@ class Spare(NamedTuple):
         return bool(ray.wait([self.ready], timeout=0)[0]) and error_of(self.ready) is None
 
 
+def _lost(ping: ray.ObjectRef, answered_before: bool) -> bool:
+    """Whether a spare is lost, after `SPARE_CHECK_S` for its `ping`: dead (the ping failed), or hung (the ping
+    is unanswered although the spare had answered before)."""
+    if ray.wait([ping], timeout=0)[0]:
+        return error_of(ping) is not None
+    return answered_before
+
+
 class RankProcesses:
     def __init__(self, new_rank: Callable[[int], ActorHandle], bundles: int):
         """`new_rank(bundle)`: a new rank actor placed in that bundle; `bundles`: the ranks' and the spares'."""
@@ -81,8 +89,7 @@ class RankProcesses:
         pings = [spare.actor.__ray_ready__.remote() for spare in self.spares]
         if pings:
             ray.wait(pings, num_returns=len(pings), timeout=SPARE_CHECK_S)
-        lost = [spare for spare, ping, answered in zip(self.spares, pings, answered_before)
-                if (error_of(ping) is not None if ray.wait([ping], timeout=0)[0] else answered)]
+        lost = [spare for spare, ping, answered in zip(self.spares, pings, answered_before) if _lost(ping, answered)]
         for spare in lost:
             self.spares.remove(spare)
             self._release(spare.actor, spare.bundle)
