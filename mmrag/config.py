@@ -25,6 +25,8 @@ import yaml
 
 NonNegativeInt = Annotated[int, pydantic.Field(ge=0)]
 """A count that may be 0 (a negative one is refused naming its key)."""
+NonNegativeFloat = Annotated[float, pydantic.Field(ge=0)]
+"""A price or weight that may be 0 (a negative one is refused naming its key)."""
 
 
 class ConfigError(ValueError):
@@ -317,6 +319,9 @@ class TrainConfig:
     """Local loss for the reranker."""
     shuffle_rewards: bool = False
     """Control experiment: permute rewards across the batch before backprop."""
+    doc_cost: NonNegativeFloat = 0.0
+    """Price of each document a selection keeps, subtracted from its leaf's reward in credit assignment (not in
+    any reported reward): with it, keeping evidence that does not change the answer loses to keeping none."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""

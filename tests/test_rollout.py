@@ -1,4 +1,4 @@
-"""Rollout tree: value backprop (mean / max, any depth), advantages, reward shuffling."""
+"""Rollout tree: value backprop (mean / max, any depth), advantages, reward shuffling, a price per document."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import random
 
 import pytest
 
+from mmrag.config import load_config
 from mmrag.rl.rollout import (Node, backprop_values, compute_advantages, leaves, nodes_at, shared_reward_credit,
                               shuffle_leaf_rewards)
+from mmrag.training.run import score_trees
 
 
 def two_by_two(rewards=((1.0, 0.0), (0.5, 0.5))) -> Node:
@@ -124,3 +126,24 @@ def test_shared_reward_credits_every_node_with_its_leaves_raw_reward_minus_the_b
     assert advantages(first, "reranker") == [0.625, -0.375, 0.125, 0.125]
     assert advantages(second, "reranker") == [-0.375, -0.375, -0.375, 0.625]
     assert (first.value, second.value, first.advantage) == (0.5, 0.25, None)
+
+
+def test_a_price_per_kept_document_breaks_ties_toward_keeping_less_and_leaves_the_reward_as_scored():
+    """`train.doc_cost`: two selections that answer alike (1.0), one keeping nothing and one keeping two
+    documents, tie without a price; at 0.05 a document the empty one wins, in tree and shared credit alike."""
+    def question() -> Node:
+        root = Node("root")
+        translator = root.add(Node("translator", output="q"))
+        translator.add(Node("reranker", output=(), reward=1.0))
+        translator.add(Node("reranker", output=(3, 7), reward=1.0))
+        return root
+
+    free = question()
+    score_trees([free], load_config(None, []), random.Random(0))
+    assert advantages(free, "reranker") == [0.0, 0.0]
+    for credit in ("tree", "shared"):
+        priced = question()
+        score_trees([priced], load_config(None, ["train.doc_cost=0.05", f"train.credit={credit}"]), random.Random(0))
+        assert values(priced, "reranker") == pytest.approx([1.0, 0.9])
+        assert advantages(priced, "reranker") == pytest.approx([0.05, -0.05])
+        assert [leaf.reward for leaf in leaves(priced)] == [1.0, 1.0], "what is reported stays the reward model's"

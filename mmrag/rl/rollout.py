@@ -35,6 +35,8 @@ class Node:
     """Version of the policy weights that sampled `output`."""
     reward: float | None = None
     """Reward-model score; set on leaves only."""
+    cost: float = 0.0
+    """What the leaf's output costs, subtracted from `reward` in its value (e.g. a price per kept document)."""
     children: list[Node] = field(default_factory=list)
     """Nodes sampled downstream of this one."""
     value: float | None = None
@@ -88,7 +90,7 @@ def _aggregate_rule(aggregate: dict[str, str] | str, children_level: str) -> str
 def backprop_values(root: Node, aggregate: dict[str, str] | str = "mean") -> float:
     """Fill `value` on every node and return the root's.
 
-    Leaf: V = reward. Inner node: V = aggregate over children of V(child), the rule
+    Leaf: V = reward - cost. Inner node: V = aggregate over children of V(child), the rule
     chosen by the children's level, e.g. {"reranker": "mean"} makes a translator node's
     value the expected reward under the current reranker, "max" the best reachable one.
     """
@@ -96,7 +98,7 @@ def backprop_values(root: Node, aggregate: dict[str, str] | str = "mean") -> flo
         if root.reward is None:
             raise ValueError(f"leaf at level {root.level!r} (output {root.output!r}) has no reward; "
                              "score every leaf before backprop")
-        root.value = float(root.reward)
+        root.value = float(root.reward) - root.cost
         return root.value
     rule = _aggregate_rule(aggregate, _children_level(root))
     root.value = float(AGGREGATES[rule]([backprop_values(child, aggregate) for child in root.children]))
@@ -121,8 +123,8 @@ def compute_advantages(root: Node) -> None:
 
 
 def shared_reward_credit(roots: list[Node]) -> None:
-    """Shared reward, no tree backprop: every node's value is the mean raw reward of the leaves below it (a
-    leaf: its own reward) and its advantage that value minus the batch baseline, the mean leaf reward of
+    """Shared reward, no tree backprop: every node's value is the mean raw reward (less any cost) of the leaves
+    below it (a leaf: its own) and its advantage that value minus the batch baseline, the mean leaf reward of
     the whole batch. Fills `value` and `advantage` on every node (the roots' advantage stays None).
 
     A query drawn once and followed by M selections is M trajectories that each credit it with their
@@ -135,10 +137,10 @@ def shared_reward_credit(roots: list[Node]) -> None:
     if unscored:
         raise ValueError(f"leaf at level {unscored[0].level!r} (output {unscored[0].output!r}) has no reward; "
                          "score every leaf before assigning credit")
-    baseline = statistics.fmean(float(leaf.reward) for leaf in batch_leaves)
+    baseline = statistics.fmean(float(leaf.reward) - leaf.cost for leaf in batch_leaves)
     for root in roots:
         for node in walk(root):
-            node.value = statistics.fmean(float(leaf.reward) for leaf in leaves(node))
+            node.value = statistics.fmean(float(leaf.reward) - leaf.cost for leaf in leaves(node))
             if node is not root:
                 node.advantage = node.value - baseline
 

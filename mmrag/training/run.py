@@ -48,10 +48,14 @@ class QuestionCursor:
 
 
 def score_trees(roots: list[Node], cfg: Config, rng: random.Random) -> None:
-    """Reward backprop: optional reward shuffle (control), node values, sibling advantages (or, with
-    `train.credit: shared`, the shared-reward ablation's values and batch-baseline advantages)."""
+    """Reward backprop: optional reward shuffle (control), each selection's price (`train.doc_cost` per kept
+    document), node values, sibling advantages (or, with `train.credit: shared`, the shared-reward ablation's
+    values and batch-baseline advantages)."""
     if cfg.train.shuffle_rewards:
         shuffle_leaf_rewards(roots, rng)
+    for root in roots:
+        for leaf in leaves(root):
+            leaf.cost = cfg.train.doc_cost * len(leaf.output)
     if cfg.train.credit == "shared":
         shared_reward_credit(roots)
         return
