@@ -87,6 +87,11 @@ def _aggregate_rule(aggregate: dict[str, str] | str, children_level: str) -> str
     return rule
 
 
+def _net_reward(leaf: Node) -> float:
+    """A scored leaf's reward less what its output costs: the value every credit rule starts from."""
+    return float(leaf.reward) - leaf.cost
+
+
 def backprop_values(root: Node, aggregate: dict[str, str] | str = "mean") -> float:
     """Fill `value` on every node and return the root's.
 
@@ -98,7 +103,7 @@ def backprop_values(root: Node, aggregate: dict[str, str] | str = "mean") -> flo
         if root.reward is None:
             raise ValueError(f"leaf at level {root.level!r} (output {root.output!r}) has no reward; "
                              "score every leaf before backprop")
-        root.value = float(root.reward) - root.cost
+        root.value = _net_reward(root)
         return root.value
     rule = _aggregate_rule(aggregate, _children_level(root))
     root.value = float(AGGREGATES[rule]([backprop_values(child, aggregate) for child in root.children]))
@@ -124,8 +129,8 @@ def compute_advantages(root: Node) -> None:
 
 def shared_reward_credit(roots: list[Node]) -> None:
     """Shared reward, no tree backprop: every node's value is the mean raw reward (less any cost) of the leaves
-    below it (a leaf: its own) and its advantage that value minus the batch baseline, the mean leaf reward of
-    the whole batch. Fills `value` and `advantage` on every node (the roots' advantage stays None).
+    below it (a leaf: its own) and its advantage that value minus the batch baseline, the mean net leaf reward
+    of the whole batch. Fills `value` and `advantage` on every node (the roots' advantage stays None).
 
     A query drawn once and followed by M selections is M trajectories that each credit it with their
     own reward; a policy gradient sums them, which is the mean of its leaves: so with `aggregate: mean`
@@ -137,10 +142,10 @@ def shared_reward_credit(roots: list[Node]) -> None:
     if unscored:
         raise ValueError(f"leaf at level {unscored[0].level!r} (output {unscored[0].output!r}) has no reward; "
                          "score every leaf before assigning credit")
-    baseline = statistics.fmean(float(leaf.reward) - leaf.cost for leaf in batch_leaves)
+    baseline = statistics.fmean(_net_reward(leaf) for leaf in batch_leaves)
     for root in roots:
         for node in walk(root):
-            node.value = statistics.fmean(float(leaf.reward) - leaf.cost for leaf in leaves(node))
+            node.value = statistics.fmean(_net_reward(leaf) for leaf in leaves(node))
             if node is not root:
                 node.advantage = node.value - baseline
 
