@@ -27,6 +27,8 @@ NonNegativeInt = Annotated[int, pydantic.Field(ge=0)]
 """A count that may be 0 (a negative one is refused naming its key)."""
 NonNegativeFloat = Annotated[float, pydantic.Field(ge=0)]
 """A price or weight that may be 0 (a negative one is refused naming its key)."""
+OpenProbability = Annotated[float, pydantic.Field(gt=0, lt=1)]
+"""A probability strictly between 0 and 1 (one at either end is refused naming its key)."""
 
 
 class ConfigError(ValueError):
@@ -219,6 +221,14 @@ class RerankerConfig:
     """Most documents a selection may keep (STOP is forced after this many). 5, the most the fixed pipelines read
     (`K_CHOICES`): on world v2 the best fixed pipeline reads 5, and a reranker capped at 3 could not match it (val,
     200 questions, 60 steps, seeds 0 / 1: 0.600 / 0.610 at 5 against 0.555 / 0.570 at 3; docs/LEARNING.md)."""
+    gate: bool = False
+    """A retrieval gate ahead of the ranking (`mmrag.models.reranker_head.RetrievalGate`): with probability
+    sigmoid(gate logit) the selection is empty, else it is the Plackett-Luce draw; greedy keeps nothing where that
+    probability exceeds 1/2. Off by default: STOP alone decides how many documents to keep, also none."""
+    gate_skip_prior: OpenProbability = 0.15
+    """`gate`: the untrained gate's probability of keeping nothing, whatever the question (about the 13 % of draws
+    an untrained STOP leaves empty on world v2). Below 1/2, so an untrained reranker's greedy selection is the same
+    with a gate as without."""
     num_samples: int = 4
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from mmrag.config import RerankerConfig
+from mmrag.config import ConfigError, RerankerConfig, load_config
 from mmrag.data.dataset import encode_image
 from mmrag.data.render import render_entity
 from mmrag.data.world import Entity
@@ -65,6 +65,12 @@ def featurize(reranker: AdaptiveReranker, candidates=CANDIDATES):
 def frozen(zoo_dir) -> AdaptiveReranker:
     """Without a visual reader (its untrained logits are the retrieval scores', hand-computed below), at most 3."""
     return make_reranker(zoo_dir, visual_reader="", max_docs=3)
+
+
+@pytest.fixture(scope="module")
+def gated(zoo_dir) -> AdaptiveReranker:
+    """`frozen` with a retrieval gate."""
+    return make_reranker(zoo_dir, visual_reader="", max_docs=3, gate=True)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +163,7 @@ def test_untrained_sampling_keeps_about_two_documents(frozen):
     assert Counter(s[0] for s in selections[0] if s).most_common(1)[0][0] == 1
 
 
-@pytest.mark.parametrize("name", ["frozen", "lora"])
+@pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_selection_probabilities_sum_to_one(request, name):
     reranker = request.getfixturevalue(name)
     with perturbed(reranker):
@@ -209,6 +215,46 @@ def test_padding_is_never_selected_and_frequencies_match_probabilities(lora):
         assert selections[0].count(selection) / 600 == pytest.approx(probabilities[selection], abs=0.06)
 
 
+def test_an_untrained_gate_skips_with_its_prior_and_leaves_greedy_unchanged(frozen, gated):
+    batch = featurize(gated)
+    assert torch.equal(gated.logits(batch), frozen.logits(batch))  # the same head and STOP, untrained
+    assert gated.greedy(batch) == frozen.greedy(batch) == [(1, 2), (0,)]
+    ranked_empty = frozen.logprob(batch, [()], [0]).exp().item()
+    assert gated.logprob(batch, [()], [0]).exp().item() == pytest.approx(0.15 + 0.85 * ranked_empty, abs=1e-6)
+    assert gated.logprob(batch, [(1, 2)], [0]).item() == pytest.approx(
+        math.log(0.85) + frozen.logprob(batch, [(1, 2)], [0]).item(), abs=1e-6)
+
+
+def test_gated_sampling_matches_its_probabilities_and_reports_them(gated):
+    with perturbed(gated, scale=0.1):
+        batch = featurize(gated)
+        selections, logprobs = gated.sample(batch, 800, 0.7, torch.Generator().manual_seed(5))
+        every = enumerate_selections(3, gated.max_docs)
+        probabilities = dict(zip(every, gated.logprob(batch, every, [0] * len(every), 0.7).exp().tolist()))
+        recomputed = gated.logprob(batch, selections[0], [0] * 800, 0.7).tolist()
+    assert probabilities[()] > 0.1
+    for selection in [(), (1,), (1, 2)]:
+        assert selections[0].count(selection) / 800 == pytest.approx(probabilities[selection], abs=0.05), selection
+    assert logprobs[0] == pytest.approx(recomputed, abs=1e-5)
+
+
+def test_greedy_keeps_nothing_where_the_gate_would_rather_skip(gated):
+    batch = featurize(gated)
+    with perturbed(gated, scale=0.0):
+        with torch.no_grad():
+            gated.gate.linear.bias.fill_(0.1)  # skip probability just above 1/2
+        assert gated.greedy(batch) == [(), ()]
+        selections, _ = gated.sample(batch, 400, 1.0, torch.Generator().manual_seed(0))
+    assert 0.45 < selections[0].count(()) / 400 < 0.7  # 0.52 skipped, plus STOP drawn first
+
+
+def test_the_gate_prior_must_be_a_probability(zoo_dir):
+    with pytest.raises(ConfigError, match="reranker.gate_skip_prior"):
+        load_config(None, ["reranker.gate_skip_prior=1.0"])
+    with pytest.raises(ValueError, match="reranker.gate_skip_prior: expected a probability in"):
+        make_reranker(zoo_dir, visual_reader="", gate=True, gate_skip_prior=0.0)
+
+
 def test_frozen_backbone_has_no_trainable_parameters(frozen):
     assert not any(p.requires_grad for p in frozen.backbone.parameters())
     names = list(frozen.trainable_state_dict())
@@ -232,7 +278,7 @@ def test_lora_trains_only_text_tower_adapters_and_head(lora):
     assert sum(g.abs().sum().item() for g in adapter_grads) > 0
 
 
-@pytest.mark.parametrize("name", ["frozen", "lora"])
+@pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_trainable_modules_own_every_trainable_weight_and_nothing_frozen(request, name):
     reranker = request.getfixturevalue(name)
     owned = list(reranker.trainable_modules().parameters())
@@ -241,7 +287,7 @@ def test_trainable_modules_own_every_trainable_weight_and_nothing_frozen(request
     assert len(owned) == len(trainable)  # no weight owned twice
 
 
-@pytest.mark.parametrize("name", ["frozen", "lora"])
+@pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_sgd_step_follows_the_sign_of_the_advantage(request, name):
     reranker = request.getfixturevalue(name)
     batch = featurize(reranker)

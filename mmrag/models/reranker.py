@@ -17,6 +17,10 @@ that prior orders the caption+question candidates better than retrieval does on 
 (`mmrag.evaluation.baselines.sight_reordered`: 0.556 against 0.444): training starts from it
 instead of having to find it.
 
+With `reranker.gate`, a retrieval gate (`mmrag.models.reranker_head.RetrievalGate`) decides apart from
+STOP whether to keep anything at all: the policy is then the mixture "nothing, with the gate's skip
+probability; else a Plackett-Luce draw".
+
 The STOP anchor (our choice, see `mmrag.models.reranker_head.stop_anchor`) is the midpoint
 between the 2nd- and 3rd-highest candidate logits: greedy decoding of an untrained reranker
 keeps exactly the top 2 candidates; sampling at temperature 1 keeps 1.6-2.3 on average with
@@ -36,6 +40,7 @@ from dataclasses import dataclass, fields
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
@@ -43,7 +48,8 @@ from mmrag.config import RerankerConfig
 from mmrag.data.dataset import decode_image
 from mmrag.model_refs import resolve
 from mmrag.models.clip_encoder import ClipEncoder
-from mmrag.models.reranker_head import CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, StopScorer
+from mmrag.models.reranker_head import (CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, RetrievalGate,
+                                        StopScorer)
 from mmrag.models.similarity_head import SimilarityScoringHead
 from mmrag.models.visual_reader import VisualReader, load_visual_reader
 from mmrag.rl.plackett_luce import Selection, greedy_selection, sample_selections, selection_logprobs
@@ -139,6 +145,7 @@ class AdaptiveReranker(nn.Module):
         self.score_temperature = cfg.score_temperature
         self.head = scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
         self.stop_scorer = StopScorer(self.head.stop_input_dim, self.head.stop_hidden_dim)
+        self.gate = RetrievalGate(self.head.stop_input_dim, cfg.gate_skip_prior) if cfg.gate else None
         self.to(encoder.device)
 
     @classmethod
@@ -208,13 +215,19 @@ class AdaptiveReranker(nn.Module):
         return _scatter_rows(encoded, batch.text_mask)
 
     def logits(self, batch: RerankBatch) -> torch.Tensor:
-        """[B, K + 1] Plackett-Luce logits, STOP last, -inf at padded candidates."""
+        """[B, K + 1] Plackett-Luce logits, STOP last, -inf at padded candidates (without the gate: `policy`)."""
+        return self.policy(batch)[0]
+
+    def policy(self, batch: RerankBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(`logits` [B, K + 1], the gate's skip logits [B], or None without `reranker.gate`)."""
         features = self.candidate_features(batch)
         prior = batch.retrieval_scores + features.sight
         candidate = prior / self.score_temperature + self.head(features)
-        stop = self.stop_scorer(self.head.stop_inputs(features), candidate, batch.mask)
+        stop_inputs = self.head.stop_inputs(features)
+        stop = self.stop_scorer(stop_inputs, candidate, batch.mask)
+        gate = None if self.gate is None else self.gate(stop_inputs)
         candidate = candidate.masked_fill(~batch.mask, float("-inf"))
-        return torch.cat([candidate, stop.unsqueeze(1)], dim=1)
+        return torch.cat([candidate, stop.unsqueeze(1)], dim=1), gate
 
     def candidate_features(self, batch: RerankBatch) -> CandidateFeatures:
         """What the head reads of a batch (text vectors re-encoded with gradients under a LoRA backbone)."""
@@ -226,13 +239,21 @@ class AdaptiveReranker(nn.Module):
     @torch.no_grad()
     def sample(self, batch: RerankBatch, m: int, temperature: float = 1.0,
                generator: torch.Generator | None = None) -> tuple[list[list[Selection]], list[list[float]]]:
-        """m Plackett-Luce selections per row at `temperature`, and their log-probs under that policy."""
-        logits = self.logits(batch)
+        """m selections per row at `temperature`, and their log-probs under that policy.
+
+        Each is a Plackett-Luce draw, or with a gate, empty with the gate's skip probability (at that temperature).
+        """
+        logits, gate = self.policy(batch)
         selections = [sample_selections(row_logits, m, self.max_docs, temperature, generator, row_mask)
                       for row_logits, row_mask in zip(logits, batch.mask)]
+        if gate is not None:
+            skip_probability = torch.sigmoid(gate.cpu() / temperature).unsqueeze(1)
+            skips = (torch.rand((len(selections), m), generator=generator) < skip_probability).tolist()
+            selections = [[() if skip else selection for selection, skip in zip(drawn, row_skips)]
+                          for drawn, row_skips in zip(selections, skips)]
         rows = [row for row, drawn in enumerate(selections) for _ in drawn]
         flat = [selection for drawn in selections for selection in drawn]
-        flat_logprobs = self._logprobs(logits, batch.mask, flat, rows, temperature).tolist()
+        flat_logprobs = self._logprobs(logits, gate, batch.mask, flat, rows, temperature).tolist()
         logprobs = [flat_logprobs[row * m:(row + 1) * m] for row in range(len(selections))]
         return selections, logprobs
 
@@ -244,22 +265,32 @@ class AdaptiveReranker(nn.Module):
         bad = [row for row in rows if not 0 <= row < len(batch)]
         if bad:
             raise ValueError(f"logprob: row index {bad[0]} out of range for a batch of {len(batch)} rows")
-        return self._logprobs(self.logits(batch), batch.mask, selections, rows, temperature)
+        logits, gate = self.policy(batch)
+        return self._logprobs(logits, gate, batch.mask, selections, rows, temperature)
 
-    def _logprobs(self, logits: torch.Tensor, mask: torch.Tensor, selections: Sequence[Selection],
-                  rows: Sequence[int], temperature: float) -> torch.Tensor:
+    def _logprobs(self, logits: torch.Tensor, gate: torch.Tensor | None, mask: torch.Tensor,
+                  selections: Sequence[Selection], rows: Sequence[int], temperature: float) -> torch.Tensor:
+        """log P(selection); with a gate, of the mixture: P(()) = s + (1 - s) PL(()), P(other) = (1 - s) PL(other)."""
         index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
-        return selection_logprobs(logits[index] / temperature, selections, self.max_docs, mask[index])
+        ranked = selection_logprobs(logits[index] / temperature, selections, self.max_docs, mask[index])
+        if gate is None:
+            return ranked
+        skip = gate[index] / temperature
+        drawn = F.logsigmoid(-skip) + ranked
+        empty = torch.tensor([len(selection) == 0 for selection in selections], device=logits.device)
+        return torch.where(empty, torch.logaddexp(F.logsigmoid(skip), drawn), drawn)
 
     @torch.no_grad()
     def greedy(self, batch: RerankBatch) -> list[Selection]:
-        """Per row: candidates by descending logit, kept while they beat STOP, at most max_docs."""
-        logits = self.logits(batch)
-        return [greedy_selection(row_logits, self.max_docs, row_mask)
-                for row_logits, row_mask in zip(logits, batch.mask)]
+        """Per row: nothing where the gate (if any) would rather skip, else candidates by descending logit, kept
+        while they beat STOP, at most max_docs."""
+        logits, gate = self.policy(batch)
+        skips = [False] * len(batch) if gate is None else (gate > 0).tolist()
+        return [() if skip else greedy_selection(row_logits, self.max_docs, row_mask)
+                for row_logits, row_mask, skip in zip(logits, batch.mask, skips)]
 
     def trainable_modules(self) -> nn.ModuleDict:
-        """The submodules that own every trainable weight: head, STOP scorer and any LoRA adapters.
+        """The submodules that own every trainable weight: head, STOP scorer, any gate and any LoRA adapters.
 
         What an optimiser wrapper such as a DeepSpeed engine should own. The frozen backbone
         stays outside it, replicated: ZeRO-3 would otherwise partition CLIP weights that
@@ -274,7 +305,7 @@ class AdaptiveReranker(nn.Module):
         return nn.ModuleDict({name.replace(".", "/"): module for name, module in owners.items()})
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """CPU copies of the trained parameters only (head, STOP scorer, LoRA adapters): for weight sync."""
+        """CPU copies of the trained parameters only (head, STOP scorer, gate, LoRA adapters): for weight sync."""
         return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -13,6 +13,7 @@ retrieval score, plus `sight` with a visual reader) and keeps its top 2 candidat
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -182,3 +183,29 @@ class StopScorer(nn.Module):
         """Make STOP's logit the anchor + `offset` whatever the inputs (component-level training's fixed k)."""
         self.linear.weight.zero_()
         self.linear.bias.fill_(offset)
+
+
+class RetrievalGate(nn.Module):
+    """Logit [B] of skipping evidence altogether, linear in the head's `stop_inputs` (`reranker.gate`).
+
+    The STOP item competes at every position of a selection, so on fact questions each "keep one more document"
+    comparison pushes it down, through weights every question shares; on world v2 it ends 20 logits under the top
+    candidate on visual questions too, where keeping nothing is best (docs/LEARNING.md). The gate answers only "any
+    evidence at all?": its expected gradient on a question scales with p(1 - p) of its skip probability there, so
+    the fact questions' push fades once they stop skipping, and the questions where skipping wins can still raise
+    it. Its weights start at zero and its bias at the logit of `skip_prior`. Measured: in 60 reranker-only steps it
+    does not learn to skip visual questions (docs/LEARNING.md, "A retrieval gate apart from STOP"), so it is off by
+    default.
+    """
+
+    def __init__(self, in_features: int, skip_prior: float):
+        super().__init__()
+        if not 0 < skip_prior < 1:
+            raise ValueError(f"reranker.gate_skip_prior: expected a probability in (0, 1), got {skip_prior!r}")
+        self.linear = zero_init_linear(in_features, 1)
+        with torch.no_grad():
+            self.linear.bias.fill_(math.log(skip_prior / (1 - skip_prior)))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """inputs [B, F] -> skip logit [B]."""
+        return self.linear(inputs).squeeze(-1)
