@@ -229,6 +229,11 @@ class RerankerConfig:
     """`gate`: the untrained gate's probability of keeping nothing, whatever the question (about the 13 % of draws
     an untrained STOP leaves empty on world v2). Below 1/2, so an untrained reranker's greedy selection is the same
     with a gate as without."""
+    gate_lr: pydantic.PositiveFloat | None = None
+    """`gate`: the gate's own learning rate; None: `lr`. With Adam a weight moves about its learning rate per step,
+    so at `lr` 6e-3 the gate's bias moves at most 0.36 in 60 steps, while from the logit of 0.15 to even odds is
+    1.73. Measured at 0.05 and 0.2 (60 reranker-only steps): the gate still keeps documents on every visual
+    question, so it is unset by default (docs/LEARNING.md, "The gate at its own learning rate")."""
     num_samples: int = 4
     """M: selections sampled per translator query during training."""
     temperature: float = 1.0

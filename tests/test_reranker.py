@@ -248,6 +248,23 @@ def test_greedy_keeps_nothing_where_the_gate_would_rather_skip(gated):
     assert 0.45 < selections[0].count(()) / 400 < 0.7  # 0.52 skipped, plus STOP drawn first
 
 
+def test_the_gate_learns_at_its_own_rate_and_the_rest_at_the_rerankers(gated):
+    groups = gated.parameter_groups(1e-3, gate_lr=0.1)
+    assert [group["lr"] for group in groups] == [1e-3, 0.1]
+    assert sum(len(group["params"]) for group in groups) == len(gated.trainable_state_dict())
+    assert gated.parameter_groups(1e-3) == [{"params": groups[0]["params"] + groups[1]["params"], "lr": 1e-3}]
+    with perturbed(gated, scale=0.0):
+        before = gated.trainable_state_dict()
+        optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
+        logits, skip = gated.policy(featurize(gated))
+        (skip.sum() + logits[:, -1].sum()).backward()  # the gate's bias and STOP's both get a gradient
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        moved = {name: (p - before[name]).abs().max().item() for name, p in gated.trainable_state_dict().items()}
+    assert moved["gate.linear.bias"] == pytest.approx(0.1, rel=1e-3)  # Adam's first step: lr x sign(grad)
+    assert 0 < max(step for name, step in moved.items() if not name.startswith("gate.")) <= 1e-3 * (1 + 1e-3)
+
+
 def test_the_gate_prior_must_be_a_probability(zoo_dir):
     with pytest.raises(ConfigError, match="reranker.gate_skip_prior"):
         load_config(None, ["reranker.gate_skip_prior=1.0"])

@@ -304,6 +304,15 @@ class AdaptiveReranker(nn.Module):
                 owners[name] = module
         return nn.ModuleDict({name.replace(".", "/"): module for name, module in owners.items()})
 
+    def parameter_groups(self, lr: float, gate_lr: float | None = None) -> list[dict]:
+        """Optimiser param groups over the trainable weights: all at `lr`, or with `gate_lr` the gate's at that."""
+        trainable = [p for p in self.trainable_modules().parameters() if p.requires_grad]
+        if self.gate is None or gate_lr is None:
+            return [{"params": trainable, "lr": lr}]
+        gate = list(self.gate.parameters())
+        rest = [p for p in trainable if all(p is not q for q in gate)]
+        return [{"params": rest, "lr": lr}, {"params": gate, "lr": gate_lr}]
+
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """CPU copies of the trained parameters only (head, STOP scorer, gate, LoRA adapters): for weight sync."""
         return {name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad}

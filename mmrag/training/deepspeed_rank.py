@@ -28,7 +28,7 @@ from mmrag import storage
 from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
-                                    rollouts_of, trainable_parameters, trained_components)
+                                    parameter_groups, rollouts_of, trainable_parameters, trained_components)
 from mmrag.training.published_weights import write_published
 from mmrag.training.weight_broadcast import send_state
 from mmrag.training.updates import LocalLoss, example_count
@@ -120,13 +120,14 @@ class DeepSpeedRank:
         owned = {"translator": self.translator.model, "reranker": self.reranker.trainable_modules()}
         losses = loss_functions(cfg, self.translator, self.reranker)
         self.trainable = trainable_parameters(self.translator, self.reranker)
+        groups = parameter_groups(cfg, self.translator, self.reranker)
         dtypes = {"translator": cfg.translator.dtype, "reranker": "float32"}
         # deepspeed is heavy (seconds to import, accelerator probing): only rank processes import it.
         import deepspeed
 
         self.engines = {
             name: deepspeed.initialize(
-                model=LossModule(owned[name], losses[name]), model_parameters=self.trainable[name],
+                model=LossModule(owned[name], losses[name]), model_parameters=groups[name],
                 config=deepspeed_config(learning_rates(cfg)[name], world, cfg.learner.zero_stage, dtypes[name]))[0]
             for name in COMPONENTS
         }

@@ -154,6 +154,12 @@ def learning_rates(cfg: Config) -> dict[str, float]:
     return {"translator": cfg.translator.lr, "reranker": cfg.reranker.lr}
 
 
+def parameter_groups(cfg: Config, translator: QueryTranslator, reranker: AdaptiveReranker) -> dict[str, list[dict]]:
+    """Each component's optimiser param groups, each with its learning rate (the gate's `reranker.gate_lr`)."""
+    return {"translator": [{"params": translator.trainable_parameters(), "lr": cfg.translator.lr}],
+            "reranker": reranker.parameter_groups(cfg.reranker.lr, cfg.reranker.gate_lr)}
+
+
 def rollouts_of(roots: list[Node]) -> list[int]:
     """The rollout numbers `assemble_trees` wrote into these roots."""
     return sorted({root.payload["rollout"] for root in roots})
@@ -186,8 +192,8 @@ class LocalLearner:
         self.version = 0
         self.world_size = 1
         self.losses = loss_functions(cfg, translator, reranker)
-        self.optimizers = {name: torch.optim.AdamW(params, lr=learning_rates(cfg)[name])
-                           for name, params in trainable_parameters(translator, reranker).items()}
+        self.optimizers = {name: torch.optim.AdamW(groups)
+                           for name, groups in parameter_groups(cfg, translator, reranker).items()}
 
     @classmethod
     def from_config(cls, cfg: Config, device: str = "cpu") -> LocalLearner:
