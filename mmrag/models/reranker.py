@@ -304,9 +304,13 @@ class AdaptiveReranker(nn.Module):
                 owners[name] = module
         return nn.ModuleDict({name.replace(".", "/"): module for name, module in owners.items()})
 
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """What an optimiser updates: the trainable weights of `trainable_modules`."""
+        return [p for p in self.trainable_modules().parameters() if p.requires_grad]
+
     def parameter_groups(self, lr: float, gate_lr: float | None = None) -> list[dict]:
         """Optimiser param groups over the trainable weights: all at `lr`, or with `gate_lr` the gate's at that."""
-        trainable = [p for p in self.trainable_modules().parameters() if p.requires_grad]
+        trainable = self.trainable_parameters()
         if self.gate is None or gate_lr is None:
             return [{"params": trainable, "lr": lr}]
         gate = list(self.gate.parameters())

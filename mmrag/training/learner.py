@@ -147,7 +147,7 @@ def loss_functions(cfg: Config, translator: QueryTranslator,
 def trainable_parameters(translator: QueryTranslator, reranker: AdaptiveReranker) -> dict[str, list]:
     """What each component's optimiser updates (the adapters with LoRA)."""
     return {"translator": translator.trainable_parameters(),
-            "reranker": [p for p in reranker.trainable_modules().parameters() if p.requires_grad]}
+            "reranker": reranker.trainable_parameters()}
 
 
 def learning_rates(cfg: Config) -> dict[str, float]:
