@@ -7,7 +7,9 @@ generator, reward) and evaluates every fixed pipeline of `mmrag.evaluation.basel
 whole val and test splits, greedily. Prints the table, writes
 benchmarks/results/baselines.json (`baselines`: one record per pipeline; `best_fixed`:
 {name, k, test_reward} of the best on val, the oracle left out; each record has its test figures
-per question kind at its k, `by_kind`) and writes its section of benchmarks/RESULTS.md.
+per question kind at its k, `by_kind`; `word_match_fitted`: the diagnostic of that name in
+`mmrag.evaluation.baselines`, never a candidate for `best_fixed`) and writes its section of
+benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ def entities(questions) -> int:
     return len({q.entity_id for q in questions})
 
 
-def report(baselines, val, test, args, minutes: float) -> str:
+def report(baselines, fitted, val, test, args, minutes: float) -> str:
     rows = [[b.name, "gold" if b.k < 0 else str(b.k), f"{b.val_reward:.3f}", f"{b.test_reward:.3f}",
              " ".join(f"{k}:{v:.3f}" for k, v in sorted(b.val_by_k.items()) if k >= 0)] for b in baselines]
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
+    diagnostic = "" if fitted is None else (
+        f"\n\nNot a baseline without training (a weight of the reranker's inputs fitted on val): **{fitted.name}, "
+        f"k = {fitted.k}: val {fitted.val_reward:.3f}, test {fitted.test_reward:.3f}**.")
     return (f"## Fixed baselines, no training ({datetime.date.today()})\n\n"
             f"Machine: {machine()}; {minutes:.1f} min. "
             f"Config {config_in_words(args.config, args.overrides)}. "
@@ -44,7 +49,9 @@ def report(baselines, val, test, args, minutes: float) -> str:
             f"involved (greedy, frozen models).\n\n"
             + markdown_table(["pipeline", "k (chosen on val)", "val reward", "test reward", "val reward by k"], rows)
             + f"\n\nBest fixed pipeline (on val): **{shipped.name}, k = {shipped.k}: test {shipped.test_reward:.3f}**."
-            f"\n\nPer question kind, on test at the k chosen on val:\n\n{kind_rows(baselines)}\n")
+            + diagnostic
+            + f"\n\nPer question kind, on test at the k chosen on val:\n\n"
+            f"{kind_rows([*baselines, *([fitted] if fitted else [])])}\n")
 
 
 def kind_rows(baselines) -> str:
@@ -67,15 +74,16 @@ def main() -> None:
         val, test = load_questions(cfg.data.dir, "val"), load_questions(cfg.data.dir, "test")
     except FileNotFoundError as exc:
         sys.exit(f"baselines: {exc}")
-    baselines = fixed_baselines(pipeline, val, test)
+    baselines, fitted = fixed_baselines(pipeline, val, test)
     shipped = best_fixed([b for b in baselines if b.name != "oracle"])
     figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config or "(embedded defaults)",
                "sets": portable_overrides(args.overrides), "val_questions": len(val), "val_entities": entities(val),
                "test_questions": len(test), "test_entities": entities(test),
                "baselines": [b.as_dict() for b in baselines],
-               "best_fixed": {"name": shipped.name, "k": shipped.k, "test_reward": shipped.test_reward}}
-    publish_figures(report(baselines, val, test, args, (time.perf_counter() - started) / 60), figures, args.json,
-                    write=not args.print_only)
+               "best_fixed": {"name": shipped.name, "k": shipped.k, "test_reward": shipped.test_reward},
+               "word_match_fitted": None if fitted is None else fitted.as_dict()}
+    publish_figures(report(baselines, fitted, val, test, args, (time.perf_counter() - started) / 60), figures,
+                    args.json, write=not args.print_only)
 
 
 if __name__ == "__main__":

@@ -97,8 +97,11 @@ class IndexConfig:
     """`mmrag index`: KB rows per part, the unit a worker embeds and persists (whole Parquet row groups)."""
     use_gpu: bool = True
     """Move shards to GPU FAISS when faiss sees a GPU (ignored on CPU-only faiss)."""
-    top_k: int = 20
-    """Candidates returned by the router for each query."""
+    top_k: int = 50
+    """Candidates returned by the router for each query. 50 on world v2: the untrained query finds the gold passage
+    of 88 % of val's one-fact questions in the top 20 and 95 % in the top 50, both of a two-fact question's for 69 %
+    and 84 %; once the reranker can tell the pictured entity's passages apart (`mmrag.models.word_match`) recall is
+    what limits it (val 0.80-0.83 at 20, 0.83-0.86 at 50; docs/LEARNING.md)."""
     shard_num_cpus: float = 0.5
     """CPUs reserved by each RetrievalShard actor."""
     shard_replicas: int = 1
@@ -159,10 +162,12 @@ class TranslatorConfig:
     """N: queries sampled per question during training. 8 on world v2 (60 steps, 320 val questions, seeds 0 / 1):
     val 0.525 / 0.484 against 0.491 / 0.481, recall@K 0.566 / 0.572 against 0.544 / 0.559, but seed 1 kept 3
     documents on every visual question; not a clear win at 2 seeds, about 1.6x a step: 4 stays (docs/LEARNING.md)."""
-    empty_sibling: bool = False
+    empty_sibling: bool = True
     """During training, the last of each question's `num_samples` responses is the empty one (the query template
     without the LVLM's words), scored as a sample: DPO can then prefer writing nothing, which the tiny translator
-    never samples. Its log-prob is not that of a draw, so keep it off where importance ratios matter (lag > 0)."""
+    never samples (an empty response has log-prob -13 against -3 for the greedy one). With lr 3e-4 the translator
+    alone then gains +0.06 on val (its queries fall from 17 to 12 words), without it nothing (docs/LEARNING.md).
+    Its log-prob is not that of a draw: nothing weighs the translator's samples by an importance ratio."""
     temperature: float = 0.5
     """Sampling temperature during training. At 1.0 the tiny v2 translator writes token salad: its sampled queries
     found a gold passage in the top 20 for 26 % of fact questions against 70-75 % for its greedy query (0.48 at 0.7,
@@ -170,11 +175,11 @@ class TranslatorConfig:
     sees at inference (docs/LEARNING.md, world v2). World v1's preset keeps 1.0, where its figures were measured."""
     max_new_tokens: int = 16
     """Longest query, in tokens."""
-    lr: float = 3e-5
-    """Learning rate. At 3e-4 DPO's full fine-tuning of the tiny translator lost 0.10 val reward in 10 steps. On
-    world v2 (60 steps, 320 val questions) 1e-4 reached 0.419 against 0.491 (seed 0; the reranker then kept 2.8
-    documents on visual questions); LoRA (r 8 on q, v) at 3e-4 0.491 / 0.506 against 0.491 / 0.481 (seeds 0 / 1)
-    with recall@K no higher (0.534 / 0.553 against 0.544 / 0.559): neither is the default (docs/LEARNING.md)."""
+    lr: float = 3e-4
+    """Learning rate. 3e-4 with `empty_sibling` (the default): the translator learns to write less. Without it, at
+    3e-4 DPO's full fine-tuning of the tiny translator lost 0.10 val reward in 10 steps on world v1 (whose preset
+    keeps 3e-5), and on world v2 1e-4 reached 0.419 against 0.491 at 3e-5 (60 steps, 320 val questions;
+    docs/LEARNING.md)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype (bf16 on GPU presets)."""
     num_gpus: float = 0.0
@@ -217,10 +222,11 @@ class RerankerConfig:
     """`backbone: lora`: LoRA rank r on the text tower's MLP layers (c_fc, c_proj)."""
     lora_alpha: int = 16
     """`backbone: lora`: LoRA scaling alpha."""
-    max_docs: int = 5
-    """Most documents a selection may keep (STOP is forced after this many). 5, the most the fixed pipelines read
-    (`K_CHOICES`): on world v2 the best fixed pipeline reads 5, and a reranker capped at 3 could not match it (val,
-    200 questions, 60 steps, seeds 0 / 1: 0.600 / 0.610 at 5 against 0.555 / 0.570 at 3; docs/LEARNING.md)."""
+    max_docs: int = 8
+    """Most documents a selection may keep (STOP is forced after this many). 8 on world v2: an entity has 6 KB
+    documents, and a reranker that finds the pictured entity but not yet the asked relation's passage can keep
+    all of them (val 0.82-0.84 against 0.80-0.83 at 5, 120 steps; at 3 against 5 before the word match: 0.555 /
+    0.570 against 0.600 / 0.610; docs/LEARNING.md). The fixed pipelines read at most 5 (`K_CHOICES`)."""
     gate: bool = False
     """A retrieval gate ahead of the ranking (`mmrag.models.reranker_head.RetrievalGate`): with probability
     sigmoid(gate logit) the selection is empty, else it is the Plackett-Luce draw; greedy keeps nothing where that
@@ -234,8 +240,9 @@ class RerankerConfig:
     so at `lr` 6e-3 the gate's bias moves at most 0.36 in 60 steps, while from the logit of 0.15 to even odds is
     1.73. Measured at 0.05 and 0.2 (60 reranker-only steps): the gate still keeps documents on every visual
     question, so it is unset by default (docs/LEARNING.md, "The gate at its own learning rate")."""
-    num_samples: int = 4
-    """M: selections sampled per translator query during training."""
+    num_samples: int = 8
+    """M: selections sampled per translator query during training. 8 on world v2: val 0.855 / 0.865 at best
+    against 0.83 / 0.84 with 4 (seed 0, 200 and 120 steps; docs/LEARNING.md)."""
     temperature: float = 1.0
     """Plackett-Luce sampling temperature during training."""
     lr: float = 6e-3
@@ -334,9 +341,12 @@ class TrainConfig:
     """Local loss for the reranker."""
     shuffle_rewards: bool = False
     """Control experiment: permute rewards across the batch before backprop."""
-    doc_cost: NonNegativeFloat = 0.0
+    doc_cost: NonNegativeFloat = 0.02
     """Price of each document a selection keeps, subtracted from its leaf's reward in credit assignment (not in
-    any reported reward): with it, keeping evidence that does not change the answer loses to keeping none."""
+    any reported reward): with it, keeping evidence that does not change the answer loses to keeping none, as a
+    generator's context costs time. 0.02 on world v2: once the reranker keeps the pictured entity's passages,
+    they no longer mislead a visual question, and only the price teaches it to keep none there (val: visual
+    questions keep 0.2-0.6 documents after 200 steps, against 4.8 without; docs/LEARNING.md)."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import numpy as np
+
 from mmrag.config import RerankerConfig
 from mmrag.data.dataset import Question
 from mmrag.data.render import render_entity
 from mmrag.data.world import Entity
-from mmrag.evaluation.baselines import FixedBaseline, best_fixed, choose_k, query_texts, sight_reordered
+from mmrag.evaluation.baselines import FixedBaseline, best_fixed, choose_k, query_texts, reorder, sight_reordered
 from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.visual_reader import seen_description
 from mmrag.retrieval.hit import Hit
@@ -53,3 +55,8 @@ def test_the_sight_query_is_what_the_reader_sees_followed_by_the_question():
                         "When was this built?", ["1901"])
     assert query_texts("sight+question", [question], ["red striped circle pictured on grey"]) == [
         "red striped circle pictured on grey when was this built"]
+
+
+def test_reorder_sorts_each_row_by_descending_score_and_keeps_retrieval_order_on_ties():
+    hits = [[Hit(f"d{j}", "", "", None, "", 0.0, j) for j in range(4)]]
+    assert [h.doc_id for h in reorder(hits, [np.array([0.1, 0.3, 0.1, 0.2])])[0]] == ["d1", "d3", "d0", "d2"]

@@ -349,7 +349,9 @@ def test_actor_samples_with_the_weights_each_call_names(ray_session, zoo_dir, fr
     from actors.policy import PolicyWeights
     from actors.reranker import RerankerActor
 
-    actor = ray_session.remote(RerankerActor).remote(RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32), zoo_dir)
+    # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents).
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, visual_reader="", max_docs=3)
+    actor = ray_session.remote(RerankerActor).remote(cfg, zoo_dir)
     table, rows = QuestionTable(IMAGES, QUESTIONS, [[], []]), [0, 1]
     initial = PolicyWeights(0, ())
     drawn = ray_session.get(actor.sample.remote(table, rows, QUERIES, HITS, 5, 11, initial))

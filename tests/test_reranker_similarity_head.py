@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mmrag.data.wording import ATTRIBUTES
 from mmrag.models.reranker_head import (CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, StopScorer,
                                         stop_anchor)
 from mmrag.models.similarity_head import (FEATURE_NAMES, RANK_BINS, SIMILARITY_SCALE, SimilarityScoringHead,
@@ -28,7 +29,8 @@ def features_of(question_image, question, query, doc_text, doc_image, scores, se
     """One row (B = 1) of hand-built vectors."""
     return CandidateFeatures(torch.stack([question_image, question, query]).unsqueeze(0),
                              torch.stack(doc_text).unsqueeze(0), torch.stack(doc_image).unsqueeze(0),
-                             torch.tensor([scores]), torch.ones(1, len(scores), dtype=torch.bool), seen.unsqueeze(0))
+                             torch.tensor([scores]), torch.ones(1, len(scores), dtype=torch.bool), seen.unsqueeze(0),
+                             torch.zeros(1, len(scores), len(ATTRIBUTES)))
 
 
 def column(name: str) -> int:
@@ -73,7 +75,8 @@ def test_every_untrained_head_scores_zero_and_its_stop_sits_at_the_anchor(head_c
                               F.normalize(torch.randn(4, 5, DIM, generator=generator), dim=-1),
                               torch.zeros(4, 5, DIM), torch.rand(4, 5, generator=generator),
                               torch.ones(4, 5, dtype=torch.bool),
-                              F.normalize(torch.randn(4, DIM, generator=generator), dim=-1))
+                              F.normalize(torch.randn(4, DIM, generator=generator), dim=-1),
+                              torch.rand(4, 5, len(ATTRIBUTES), generator=generator))
     correction = head(batch)
     assert correction.abs().max().item() == 0.0
     logits = batch.retrieval_scores / TEMPERATURE + correction
@@ -138,7 +141,8 @@ def entity_world(entities: torch.Tensor, relations: torch.Tensor, rows: int, see
     query = torch.stack([image, relations[asked], image], dim=1)
     scores = 0.3 + 0.01 * torch.rand(rows, 6, generator=generator)
     return CandidateFeatures(query, doc_text, torch.zeros_like(doc_text), scores,
-                             torch.ones(rows, 6, dtype=torch.bool), torch.zeros(rows, DIM)), gold
+                             torch.ones(rows, 6, dtype=torch.bool), torch.zeros(rows, DIM),
+                             torch.zeros(rows, 6, len(ATTRIBUTES))), gold
 
 
 def test_what_the_head_learns_from_gold_labels_carries_over_to_unseen_entities():

@@ -139,7 +139,7 @@ def test_a_price_per_kept_document_breaks_ties_toward_keeping_less_and_leaves_th
         return root
 
     free = question()
-    score_trees([free], load_config(None, []), random.Random(0))
+    score_trees([free], load_config(None, ["train.doc_cost=0"]), random.Random(0))
     assert advantages(free, "reranker") == [0.0, 0.0]
     for credit in ("tree", "shared"):
         priced = question()

@@ -42,7 +42,8 @@ APP = "mmrag"
 TINY_MODELS = ["encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
                "translator.model=zoo:tiny-lvlm"]
 LIMITS = ["serving.max_image_bytes=30000", "serving.max_image_side=256", "serving.max_question_chars=200",
-          "serving.max_top_k=20", "serving.body_timeout_s=2", "serving.retry_after_s=2"]
+          "serving.max_top_k=20", "serving.body_timeout_s=2", "serving.retry_after_s=2",
+          "index.top_k=20", "reranker.max_docs=5"]
 # Small bounds, so that a few concurrent requests overflow the queue: the ingress works on 2
 # requests and the front's handle holds 2 more.
 BOUNDS = ["serving.max_ongoing_requests=2", "serving.max_batch_size=2", "serving.max_queued_requests=2",

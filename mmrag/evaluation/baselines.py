@@ -21,6 +21,11 @@ reward run once per k. `choose_k` picks k on the val split's mean reward alone, 
 test split is then read at that k (`FixedBaseline`): nothing about a test question can move
 the choice. `oracle` hands the generator exactly the gold documents. Nothing here depends on
 how a world words its texts: it reads questions, the KB index and the gold ids only.
+
+`word_match_fitted` is not a baseline without training but a diagnostic of the reranker's inputs: the
+best form's candidates reordered by the prior plus one weight times the summed word match
+(`mmrag.models.word_match`), the weight chosen on val with k. It tells how much of a trained reranker's
+gain a single fitted number already gives.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from mmrag.training.stages import QuestionTable
 
 QUERY_FORMS = ("question", "caption", "caption+question", "image")
 SIGHT_FORM = "sight+question"
+WORD_MATCH_WEIGHTS = (0.5, 1.0, 2.0, 5.0)
+"""Weights of the summed word match `word_match_fitted` chooses among on val."""
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,10 @@ def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], resp
     return hits
 
 
-def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Question]) -> list[FixedBaseline]:
-    """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle."""
+def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Question]
+                    ) -> tuple[list[FixedBaseline], FixedBaseline | None]:
+    """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle; and, with a visual
+    reader, the `word_match_fitted` diagnostic (None without one)."""
     splits = {"val": val, "test": test}
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
     sighted = pipeline.reranker.visual_reader is not None
@@ -140,15 +149,33 @@ def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Que
         hits[form] = {split: retrieve(pipeline, form, questions, texts[split]) for split, questions in splits.items()}
         baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
     shipped = best_fixed(baselines)
+    fitted = None
     if sighted:
         reordered = {split: sight_reordered(pipeline, hits[shipped.name][split], sights[split]) for split in splits}
         baselines.append(scored_baseline(pipeline, f"{shipped.name}, reordered by sight", splits, reordered))
+        fitted = word_match_fitted(pipeline, shipped.name, splits, hits[shipped.name], sights)
     every = max(K_CHOICES)
     oracle = {split: oracle_records(pipeline, questions) for split, questions in splits.items()}
     return [*baselines, fixed_at(shipped, 0, "never-retrieve"),
             fixed_at(shipped, every, f"always-retrieve ({shipped.name}, top {every})"),
             FixedBaseline("oracle", mean_reward_by_k(oracle["val"]), mean_reward_by_k(oracle["test"]),
-                          kinds_by_k(oracle["test"]))]
+                          kinds_by_k(oracle["test"]))], fitted
+
+
+def word_match_fitted(pipeline: LocalPipeline, form: str, splits: dict[str, list[Question]],
+                      hits: dict[str, list[list[Hit]]], sights: dict[str, list[str]]) -> FixedBaseline:
+    """`form`'s candidates reordered by the prior plus w x the summed word match, for every w of
+    `WORD_MATCH_WEIGHTS`; the (w, k) with the best val reward (not a baseline without training: w is fitted)."""
+    readings = {split: visual_readings(pipeline, questions) for split, questions in splits.items()}
+    priors = {split: sight_scores(pipeline, hits[split], sights[split]) for split in splits}
+    matches = {split: word_match_scores(pipeline, hits[split], readings[split]) for split in splits}
+    candidates = []
+    for weight in WORD_MATCH_WEIGHTS:
+        reordered = {split: reorder(hits[split], [prior + weight * match for prior, match
+                                                  in zip(priors[split], matches[split])]) for split in splits}
+        candidates.append(scored_baseline(pipeline, f"{form}, reordered by sight + {weight:g} x word match "
+                                                    f"(weight fitted on val)", splits, reordered))
+    return best_fixed(candidates)
 
 
 def scored_baseline(pipeline: LocalPipeline, name: str, splits: dict[str, list[Question]],
@@ -162,13 +189,38 @@ def scored_baseline(pipeline: LocalPipeline, name: str, splits: dict[str, list[Q
 def sight_reordered(pipeline: LocalPipeline, hits: list[list[Hit]], sights: list[str]) -> list[list[Hit]]:
     """Each row by retrieval score + cos(document text, its question's `sight_descriptions` entry), both embedded
     by the reranker's backbone: one fixed weight, nothing fitted."""
+    return reorder(hits, sight_scores(pipeline, hits, sights))
+
+
+def sight_scores(pipeline: LocalPipeline, hits: list[list[Hit]], sights: list[str]) -> list[np.ndarray]:
+    """Per row, the untrained reranker's prior of each hit: retrieval score + cos(document text, sight)."""
     encoder = pipeline.reranker.encoder
-    rows = []
+    scores = []
     for row, sight in zip(hits, encoder.encode_texts(sights)):
         texts = encoder.encode_texts([hit.text for hit in row]) if row else np.zeros((0, len(sight)))
-        score = np.array([hit.score for hit in row]) + texts @ sight  # the untrained reranker's prior
-        rows.append([row[j] for j in np.argsort(-score, kind="stable")])
-    return rows
+        scores.append(np.array([hit.score for hit in row]) + texts @ sight)
+    return scores
+
+
+def visual_readings(pipeline: LocalPipeline, questions: list[Question]) -> list[dict[str, str]]:
+    """What the reranker's visual reader reads in each question image."""
+    readings = []
+    for start in range(0, len(questions), BATCH):
+        readings.extend(pipeline.reranker.visual_reader.read([q.image for q in questions[start:start + BATCH]]))
+    return readings
+
+
+def word_match_scores(pipeline: LocalPipeline, hits: list[list[Hit]],
+                      readings: list[dict[str, str]]) -> list[np.ndarray]:
+    """Per row, each hit's word match (`mmrag.models.word_match`) summed over the attributes."""
+    matcher = pipeline.reranker.word_matcher
+    return [matcher.match([reading], [[hit.text for hit in row]], len(row))[0].sum(dim=-1).numpy()
+            for row, reading in zip(hits, readings)]
+
+
+def reorder(hits: list[list[Hit]], scores: list[np.ndarray]) -> list[list[Hit]]:
+    """Each row by descending score (ties in retrieval order)."""
+    return [[row[j] for j in np.argsort(-score, kind="stable")] for row, score in zip(hits, scores)]
 
 
 def fixed_at(baseline: FixedBaseline, k: int, name: str) -> FixedBaseline:

@@ -9,7 +9,8 @@ query) and its K retrieved candidates it computes Plackett-Luce logits [K + 1] (
 over features from an open_clip backbone (`ClipEncoder`): the question image, the question
 and query texts, each document's text and image vectors, and what a frozen visual reader (the
 grounded generator's eye, `reranker.visual_reader`) sees in the question image, described in
-the backbone's own wording and embedded by its text tower (`CandidateFeatures`). The
+the backbone's own wording and embedded by its text tower, and how well each word it reads is
+matched by a word of each document (`mmrag.models.word_match`) (`CandidateFeatures`). The
 head's and the STOP scorer's output layers start at zero, so an untrained reranker ranks by
 the prior: the retrieval score plus `sight`, the cosine of the document's text with what the
 visual reader sees (0 without a reader, which then ranks like the retriever). Read at k = 5,
@@ -46,12 +47,14 @@ from torch import nn
 
 from mmrag.config import RerankerConfig
 from mmrag.data.dataset import decode_image
+from mmrag.data.wording import ATTRIBUTES
 from mmrag.model_refs import resolve
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.reranker_head import (CandidateFeatures, CrossAttentionScoringHead, MlpScoringHead, RetrievalGate,
                                         StopScorer)
 from mmrag.models.similarity_head import SimilarityScoringHead
-from mmrag.models.visual_reader import VisualReader, load_visual_reader
+from mmrag.models.visual_reader import VisualReader, load_visual_reader, seen_description
+from mmrag.models.word_match import WordMatcher
 from mmrag.rl.plackett_luce import Selection, greedy_selection, sample_selections, selection_logprobs
 
 TEXT_TOWER_MLP = r"(text\.)?transformer\.resblocks\.\d+\.mlp\.(c_fc|c_proj)"
@@ -100,6 +103,9 @@ class RerankBatch:
     """[B, 1 + K, D]: question image, then each document's image (zeros where it has none)."""
     seen_features: torch.Tensor
     """[B, D]: the visual reader's description of the question image, embedded without gradients; zeros without one."""
+    word_match: torch.Tensor
+    """[B, K, 4]: each attribute word the visual reader reads, its best cosine with a word of the document
+    (`mmrag.models.word_match`); zeros without a reader and at padding."""
     text_features: torch.Tensor | None
     """[B, 2 + K, D]: question, query, documents (zeros at padding); set with a frozen backbone."""
     text_tokens: torch.Tensor | None
@@ -141,6 +147,7 @@ class AdaptiveReranker(nn.Module):
         self.tunes_text_tower = cfg.backbone == "lora"
         if self.tunes_text_tower:
             _add_text_tower_lora(self.backbone, cfg)
+        self.word_matcher = WordMatcher(encoder, cache=not self.tunes_text_tower)
         self.max_docs = cfg.max_docs
         self.score_temperature = cfg.score_temperature
         self.head = scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
@@ -168,8 +175,10 @@ class AdaptiveReranker(nn.Module):
                             dtype=torch.bool).reshape(len(candidates), num_slots)
         scores = torch.tensor([[float(c.retrieval_score) for c in row] + [0.0] * (num_slots - len(row))
                                for row in candidates], dtype=torch.float32).reshape(mask.shape)
+        readings = self.visual_reader.read(list(images)) if self.visual_reader is not None else None
         batch = RerankBatch(scores, mask, self._image_features(images, candidates, num_slots),
-                            self._seen_features(images), None, None)
+                            self._seen_features(readings, len(images)),
+                            self._word_match(readings, candidates, num_slots), None, None)
         texts = [text for question, query, row in zip(questions, queries, candidates)
                  for text in [question, query, *(c.text for c in row)]]
         if self.tunes_text_tower:
@@ -188,14 +197,22 @@ class AdaptiveReranker(nn.Module):
                     for picture in [image, *(c.image for c in row if c.image is not None)]]
         return _scatter_rows(torch.from_numpy(self.encoder.encode_images(pictures)), has_image)
 
-    def _seen_features(self, images: Sequence[Image.Image]) -> torch.Tensor:
-        """[B, D]: the text vector of `seen_description` of each question image, zeros without a visual reader.
+    def _seen_features(self, readings: list[dict[str, str]] | None, rows: int) -> torch.Tensor:
+        """[B, D]: the text vector of `seen_description` of each reading, zeros without a visual reader.
         Computed once here without gradients, also under LoRA (by the tower as adapted then): a query-side
         vector, like the question image's."""
-        if self.visual_reader is None:
-            return torch.zeros(len(images), self.encoder.dim)
-        descriptions = self.seen_descriptions(images)
-        return torch.from_numpy(self.encoder.encode_texts(descriptions)).reshape(len(images), self.encoder.dim)
+        if readings is None:
+            return torch.zeros(rows, self.encoder.dim)
+        descriptions = [seen_description(reading) for reading in readings]
+        return torch.from_numpy(self.encoder.encode_texts(descriptions)).reshape(rows, self.encoder.dim)
+
+    def _word_match(self, readings: list[dict[str, str]] | None, candidates: Sequence[Sequence[Candidate]],
+                    num_slots: int) -> torch.Tensor:
+        """[B, K, 4]: `WordMatcher.match` of each reading against its candidates, zeros without a visual reader.
+        Like `_seen_features`, computed once here without gradients."""
+        if readings is None:
+            return torch.zeros(len(candidates), num_slots, len(ATTRIBUTES))
+        return self.word_matcher.match(readings, [[c.text for c in row] for row in candidates], num_slots)
 
     def seen_descriptions(self, images: Sequence[Image.Image]) -> list[str]:
         """`VisualReader.describe` of each image (the reranker needs a reader)."""
@@ -234,7 +251,7 @@ class AdaptiveReranker(nn.Module):
         texts = self._text_features(batch)
         query = torch.stack([batch.image_features[:, 0], texts[:, 0], texts[:, 1]], dim=1)
         return CandidateFeatures(query, texts[:, 2:], batch.image_features[:, 1:], batch.retrieval_scores, batch.mask,
-                                 batch.seen_features)
+                                 batch.seen_features, batch.word_match)
 
     @torch.no_grad()
     def sample(self, batch: RerankBatch, m: int, temperature: float = 1.0,

@@ -44,6 +44,9 @@ class CandidateFeatures:
     seen: torch.Tensor
     """[B, D]: the text vector of what the visual reader sees in the question image, described in the backbone's
     own wording (`mmrag.models.reranker.seen_description`); zeros without a reader."""
+    word_match: torch.Tensor
+    """[B, K, 4]: each attribute word the visual reader reads, its best cosine with a word of the document
+    (`mmrag.models.word_match`); zeros without a reader."""
 
     @property
     def docs(self) -> torch.Tensor:
