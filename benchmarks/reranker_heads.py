@@ -101,8 +101,8 @@ def report(records: list[dict], train: Featurized, val: Featurized, args, steps:
             f"{len(train.questions)} train rows from {len({q.entity_id for q in train.questions})} entities, "
             f"{len(val.questions)} val rows from {len({q.entity_id for q in val.questions})} entities (no entity "
             f"shared). Each head fitted as component-level training fits it (softmax cross-entropy on the gold "
-            f"candidates), Adam lr {lr}, {steps} steps of {BATCH} rows, seed {args.seed}; 'start' is retrieval "
-            f"order (every head's untrained ranking). top-1: the highest candidate is gold; gold kept: the "
+            f"candidates), Adam lr {lr}, {steps} steps of {BATCH} rows, seed {args.seed}; 'start' is every "
+            f"head's untrained ranking (the prior: the retrieval score, plus sight with a visual reader). top-1: the highest candidate is gold; gold kept: the "
             f"fraction of gold passages among the top n (n = the question's gold passages).\n\n"
             + markdown_table(["head", "when", "train top-1", "train gold kept", "val top-1", "val gold kept"], rows)
             + "\n")
