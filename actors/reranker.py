@@ -31,10 +31,11 @@ class RerankerActor:
 
     def sample(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]], m: int,
                seed: int, weights: PolicyWeights) -> SampledSelections:
-        """m Plackett-Luce selections per query row, drawn with `weights` from a generator seeded with `seed`."""
+        """m selections per query row (`AdaptiveReranker.sample`), drawn with `weights`, from a generator seeded
+        with `seed`."""
         version = self.installed.ensure(weights, self.policy.load_trainable_state_dict)
         selections, logprobs = sample_selections(self.policy, table, rows, queries, hits, m, seed, self.temperature)
-        return SampledSelections(selections, logprobs, version)
+        return SampledSelections(selections, logprobs, version, self.policy.gate is not None)
 
     def greedy(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]],
                weights: PolicyWeights) -> list[Selection]:

@@ -38,10 +38,11 @@ def test_each_kind_counts_its_own_questions_rewards_and_documents_kept():
     assert (two_fact["docs_at_least_two_fraction"], two_fact["gold_selected"]) == (1.0, 1.0)
 
 
-def test_the_summary_carries_each_kinds_reward_and_documents_kept_beside_the_totals():
+def test_the_summary_carries_each_kinds_reward_documents_kept_and_kept_none_beside_the_totals():
     summary = summarize(RECORDS)
     assert summary["reward_mean"] == 0.625
     assert (summary["visual/reward_mean"], summary["visual/docs_kept_mean"]) == (0.75, 0.25)
+    assert (summary["visual/docs_zero_fraction"], summary["two-fact/docs_zero_fraction"]) == (0.75, 0.0)
     assert summary["two-fact/docs_kept_mean"] == 2.0
 
 

@@ -53,8 +53,11 @@ STOP_GRAD_FIRST, STOP_GRAD_EMPTY = -STOP_FIRST + 1 - STOP_SECOND, 1 - STOP_FIRST
 @pytest.fixture(scope="module")
 def reranker(zoo_dir) -> AdaptiveReranker:
     torch.manual_seed(0)
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2, visual_reader="")
-    return AdaptiveReranker.from_config(cfg, zoo_dir)
+    return AdaptiveReranker.from_config(reranker_config(), zoo_dir)
+
+
+def reranker_config() -> RerankerConfig:
+    return RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2, visual_reader="")
 
 
 def reranker_tree(version: int, behaviour_logprobs: tuple[float | None, float | None] = (None, None)) -> Node:
@@ -120,6 +123,30 @@ def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
 def test_stale_node_without_behaviour_logprob_is_named(reranker):
     with pytest.raises(ValueError, match=r"reranker node \(0,\) drawn by policy version 1 .* no behaviour log-prob"):
         reranker_loss(reranker, [reranker_tree(version=1)], TrainConfig(), TEMPERATURE, policy_version=2)
+
+
+def test_a_gated_reranker_adds_its_gates_loss_on_the_two_arms_to_the_rankings(zoo_dir, reranker):
+    torch.manual_seed(0)
+    gated = AdaptiveReranker.from_config(dataclasses.replace(reranker_config(), gate=True), zoo_dir)
+    root = reranker_tree(version=3)
+    query = root.children[0]
+    draws, query.children = query.children, []
+    query.add(Node("gate", output="skip")).add(Node("reranker", output=(), policy_version=3, reward=1.0))
+    query.add(Node("gate", output="retrieve")).children.extend(draws)
+    backprop_values(root)
+    compute_advantages(root)
+    local = reranker_loss(gated, [root], TrainConfig(), TEMPERATURE, policy_version=3)
+    # The ranking's two draws as without a gate, and the gate's one query: skipping (1.0) beat retrieving (0.5),
+    # so its loss is 0.5 * -log sigmoid(skip logit), the untrained logit being that of reranker.gate_skip_prior.
+    ranking = -(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2
+    assert local.examples == 3
+    assert local.loss.item() == pytest.approx((2 * ranking + 0.5 * -math.log(0.15)) / 3, abs=1e-5)
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0,
+                                         "importance_ratio_truncated": 0.0, "gate_queries": 1 / 3,
+                                         "gate_skip_wins": 1.0})
+    gated.zero_grad()
+    local.loss.backward()
+    assert gated.gate.linear.bias.grad.item() == pytest.approx(0.5 * (0.15 - 1) / 3, abs=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,12 @@ import torch
 
 from mmrag.rl.losses import (
     dpo_loss,
+    gate_loss,
+    gate_value_gap,
     pairwise_preference_loss,
     pl_policy_loss,
     preference_stats,
+    ranking_draws,
     reference_free_dpo_loss,
     reranker_policy_examples,
     reranker_preference_pairs,
@@ -20,7 +23,7 @@ from mmrag.rl.losses import (
     truncated_importance_weights,
 )
 from mmrag.rl.plackett_luce import selection_logprob, selection_logprobs
-from mmrag.rl.rollout import Node, backprop_values, compute_advantages
+from mmrag.rl.rollout import Node, backprop_values, compute_advantages, shared_reward_credit
 
 
 def question(query_values: dict[str, float]) -> Node:
@@ -149,6 +152,54 @@ def test_reranker_examples_from_a_scored_tree():
     loss = pl_policy_loss(logprobs, torch.tensor([node.advantage for node in examples]))
     expected = -(0.5 * logprobs[0].item() - 0.5 * logprobs[1].item()) / 2
     assert loss.item() == pytest.approx(expected, abs=1e-6)
+
+
+def gated_question(skip_reward: float, draw_rewards: list[float]) -> tuple[Node, Node]:
+    """root -> one query -> the gate's arms: "skip" above the empty selection, "retrieve" above the draws."""
+    root = Node("root", payload={"question": "q"})
+    query = root.add(Node("translator", output="query"))
+    query.add(Node("gate", output="skip")).add(Node("reranker", output=(), reward=skip_reward))
+    retrieve = query.add(Node("gate", output="retrieve"))
+    for position, reward in enumerate(draw_rewards):
+        retrieve.add(Node("reranker", output=(position,), reward=reward))
+    return root, query
+
+
+def test_the_gates_arms_split_credit_the_ranking_compares_its_draws_alone():
+    root, query = gated_question(0.0, [1.0, 0.5, 0.0])
+    backprop_values(root)
+    compute_advantages(root)
+    # The skip arm's zero on a fact question does not lift every draw's advantage: they compare among themselves.
+    assert [(node.output, node.advantage) for node in reranker_policy_examples(root)] == [((0,), 0.5), ((2,), -0.5)]
+    assert ranking_draws(query) == query.children[1].children
+    assert query.value == pytest.approx(0.25) and gate_value_gap(query) == pytest.approx(-0.5)
+    assert outputs(reranker_preference_pairs(query, 0.0)) == [((0,), (2,)), ((0,), (1,)), ((1,), (2,))]
+    shared_reward_credit([root])  # the skip arm's leaf is never a ranking example, under shared credit either
+    assert () not in {node.output for node in reranker_policy_examples(root)}
+    assert gate_value_gap(root.add(Node("translator"))) is None
+
+
+def test_the_gate_loss_fits_the_better_arm_weighted_by_its_worth_and_stays_bounded():
+    logits = torch.tensor([0.0, 0.0, 3.0, -30.0], requires_grad=True)
+    gaps = torch.tensor([0.5, -0.25, 0.0, -1.0])
+    loss = gate_loss(logits, gaps)
+    expected = (0.5 * math.log(2) + 0.25 * math.log(2) + 0.0 + 1.0 * math.log1p(math.exp(-30.0))) / 4
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    loss.backward()
+    # Towards skipping where skipping won, towards retrieving where retrieving won; a tie and a query already
+    # decided (skip logit -30 where retrieval won) pull nothing.
+    assert logits.grad[0] < 0 < logits.grad[1]
+    assert logits.grad[2].item() == 0.0 and abs(logits.grad[3].item()) < 1e-12
+    empty = torch.zeros(0, requires_grad=True)
+    gate_loss(empty, torch.zeros(0)).backward()
+    with pytest.raises(ValueError, match="one entry per pair"):
+        gate_loss(torch.zeros(2), torch.zeros(3))
+
+
+def test_gate_values_must_be_filled_first():
+    root, query = gated_question(1.0, [0.0])
+    with pytest.raises(ValueError, match="run backprop_values first"):
+        gate_value_gap(query)
 
 
 def test_no_signal_batch_gives_no_examples_and_zero_loss():

@@ -215,27 +215,33 @@ def test_padding_is_never_selected_and_frequencies_match_probabilities(lora):
         assert selections[0].count(selection) / 600 == pytest.approx(probabilities[selection], abs=0.06)
 
 
-def test_an_untrained_gate_skips_with_its_prior_and_leaves_greedy_unchanged(frozen, gated):
+def test_an_untrained_gate_leaves_the_ranking_and_greedy_unchanged(frozen, gated):
     batch = featurize(gated)
     assert torch.equal(gated.logits(batch), frozen.logits(batch))  # the same head and STOP, untrained
     assert gated.greedy(batch) == frozen.greedy(batch) == [(1, 2), (0,)]
-    ranked_empty = frozen.logprob(batch, [()], [0]).exp().item()
-    assert gated.logprob(batch, [()], [0]).exp().item() == pytest.approx(0.15 + 0.85 * ranked_empty, abs=1e-6)
-    assert gated.logprob(batch, [(1, 2)], [0]).item() == pytest.approx(
-        math.log(0.85) + frozen.logprob(batch, [(1, 2)], [0]).item(), abs=1e-6)
+    assert torch.equal(gated.logprob(batch, [(), (1, 2)], [0, 0]), frozen.logprob(batch, [(), (1, 2)], [0, 0]))
+    assert torch.sigmoid(gated.gate_logits(batch)).tolist() == pytest.approx([0.15, 0.15], abs=1e-6)
+    with pytest.raises(ValueError, match="this reranker has no gate"):
+        frozen.gate_logits(batch)
 
 
-def test_gated_sampling_matches_its_probabilities_and_reports_them(gated):
+def test_gated_sampling_takes_both_arms_and_draws_the_rest_from_the_ranking(frozen, gated):
     with perturbed(gated, scale=0.1):
         batch = featurize(gated)
-        selections, logprobs = gated.sample(batch, 800, 0.7, torch.Generator().manual_seed(5))
+        selections, logprobs = gated.sample(batch, 801, 0.7, torch.Generator().manual_seed(5))
+        skip = torch.nn.functional.logsigmoid(gated.gate_logits(batch) / 0.7).tolist()
         every = enumerate_selections(3, gated.max_docs)
         probabilities = dict(zip(every, gated.logprob(batch, every, [0] * len(every), 0.7).exp().tolist()))
-        recomputed = gated.logprob(batch, selections[0], [0] * 800, 0.7).tolist()
-    assert probabilities[()] > 0.1
+        recomputed = gated.logprob(batch, selections[0][1:], [0] * 800, 0.7).tolist()
+    assert [row[0] for row in selections] == [(), ()]  # the skip arm, on every row
+    assert [row[0] for row in logprobs] == pytest.approx(skip, abs=1e-6)
+    draws = selections[0][1:]
+    assert probabilities[()] > 0.1  # STOP first: the ranking may draw nothing too
     for selection in [(), (1,), (1, 2)]:
-        assert selections[0].count(selection) / 800 == pytest.approx(probabilities[selection], abs=0.05), selection
-    assert logprobs[0] == pytest.approx(recomputed, abs=1e-5)
+        assert draws.count(selection) / 800 == pytest.approx(probabilities[selection], abs=0.05), selection
+    assert logprobs[0][1:] == pytest.approx(recomputed, abs=1e-5)
+    with pytest.raises(ValueError, match="must be at least 2"):
+        gated.sample(batch, 1)
 
 
 def test_greedy_keeps_nothing_where_the_gate_would_rather_skip(gated):
@@ -244,8 +250,9 @@ def test_greedy_keeps_nothing_where_the_gate_would_rather_skip(gated):
         with torch.no_grad():
             gated.gate.linear.bias.fill_(0.1)  # skip probability just above 1/2
         assert gated.greedy(batch) == [(), ()]
-        selections, _ = gated.sample(batch, 400, 1.0, torch.Generator().manual_seed(0))
-    assert 0.45 < selections[0].count(()) / 400 < 0.7  # 0.52 skipped, plus STOP drawn first
+        with torch.no_grad():
+            gated.gate.linear.bias.fill_(-0.1)
+        assert gated.greedy(batch) == [(1, 2), (0,)]
 
 
 def test_the_gate_learns_at_its_own_rate_and_the_rest_at_the_rerankers(gated):

@@ -10,7 +10,9 @@ ledger through a resume and a learner failure.
 from __future__ import annotations
 
 import json
+import math
 import random
+import statistics
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import yaml
 
 from mmrag import storage
 from mmrag.config import config_to_dict
+from mmrag.rl.losses import gate_value_gap
 from mmrag.rl.rollout import leaves, nodes_at
 from mmrag.training.accounting import LedgerUnbalanced, RolloutLedger
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights, rollouts_of
@@ -30,7 +33,8 @@ from mmrag.training.metrics_log import step_records
 from mmrag.training.loop import LearnerGaveUp, train
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.rollouts import RolloutFailed, Rollouts
-from mmrag.training.run import QuestionCursor
+from mmrag.training.run import QuestionCursor, score_trees
+from mmrag.training.updates import example_count
 from mmrag.data.dataset import load_questions
 from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
 
@@ -177,6 +181,26 @@ def test_micro_batches_finishing_out_of_order_give_the_trees_in_question_order(p
     assert [tree[0] for tree in in_order] == [q.id for q in questions]
     assert trees(ShuffledPools(pipeline, seed=1)) == in_order
     assert trees(ShuffledPools(pipeline, seed=2)) == in_order
+
+
+def test_a_gated_reranker_rolls_out_both_of_its_arms_under_every_query(tiny_config, synth_dir, tmp_path):
+    cfg = tiny_config(tmp_path, "reranker.gate=true", "train.doc_cost=0.1")
+    gated = LocalPipeline.from_config(cfg)
+    stream = RolloutStream(InlinePools(gated), n=2, m=3, micro_batch_size=2, seed=7)
+    roots = stream.run(load_questions(synth_dir, "train")[:2], number=1)
+    score_trees(roots, cfg, random.Random(0))
+    for query in (t for root in roots for t in root.children):
+        skip, retrieve = query.children
+        assert (skip.level, skip.output, retrieve.level, retrieve.output) == ("gate", "skip", "gate", "retrieve")
+        assert [leaf.output for leaf in skip.children] == [()] and skip.children[0].payload["doc_ids"] == []
+        assert len(retrieve.children) == 2 and all(leaf.logprob is not None for leaf in retrieve.children)
+        assert math.exp(skip.logprob) + math.exp(retrieve.logprob) == pytest.approx(1.0)
+        assert retrieve.value == pytest.approx(statistics.fmean(leaf.reward - 0.1 * len(leaf.output)
+                                                                for leaf in retrieve.children))
+        assert query.value == pytest.approx((skip.value + retrieve.value) / 2)
+    queries = [t for root in roots for t in root.children]
+    assert example_count("reranker", roots, cfg.train) == sum(
+        sum(bool(leaf.advantage) for leaf in t.children[1].children) + (gate_value_gap(t) != 0) for t in queries)
 
 
 def test_synchronous_loop_never_rolls_out_while_the_learner_trains(pipeline, tiny_config, tmp_path):

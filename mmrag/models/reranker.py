@@ -19,8 +19,9 @@ that prior orders the caption+question candidates better than retrieval does on 
 instead of having to find it.
 
 With `reranker.gate`, a retrieval gate (`mmrag.models.reranker_head.RetrievalGate`) decides apart from
-STOP whether to keep anything at all: the policy is then the mixture "nothing, with the gate's skip
-probability; else a Plackett-Luce draw".
+STOP whether to keep anything at all: greedy keeps nothing where it would rather skip, else the ranking's
+selection. Training rollouts take both of its arms on every query (the empty selection and M - 1 ranking
+draws), and the gate learns from their values (`mmrag.rl.losses.gate_loss`).
 
 The STOP anchor (our choice, see `mmrag.models.reranker_head.stop_anchor`) is the midpoint
 between the 2nd- and 3rd-highest candidate logits: greedy decoding of an untrained reranker
@@ -28,7 +29,7 @@ keeps exactly the top 2 candidates; sampling at temperature 1 keeps 1.6-2.3 on a
 max_docs = 3 (fewer when the top candidates stand out).
 
 Rollouts call `featurize` then `sample` (training) or `greedy` (inference); the learner
-calls `logprob` on the sampled selections. With `backbone: frozen` all CLIP features are
+calls `logprob` on the sampled selections (and `gate_logits`). With `backbone: frozen` all CLIP features are
 computed once in `featurize` (no grad) and cached in the `RerankBatch`; with `backbone: lora`
 the batch keeps the text tokens and `logits` re-encodes them through the LoRA-tuned text
 tower with gradients (image features stay cached: only the text tower is adapted).
@@ -256,46 +257,48 @@ class AdaptiveReranker(nn.Module):
     @torch.no_grad()
     def sample(self, batch: RerankBatch, m: int, temperature: float = 1.0,
                generator: torch.Generator | None = None) -> tuple[list[list[Selection]], list[list[float]]]:
-        """m selections per row at `temperature`, and their log-probs under that policy.
+        """m selections per row at `temperature`, and their log-probs under the policy that drew them.
 
-        Each is a Plackett-Luce draw, or with a gate, empty with the gate's skip probability (at that temperature).
+        Without a gate, m Plackett-Luce draws. With one, both of the gate's arms on every row: first the empty
+        selection (the skip arm, its log-prob log sigmoid(gate / T)), then m - 1 Plackett-Luce draws (the retrieve
+        arm, each with its ranking log-prob): the gate is trained on the two arms' values (`gate_loss`), which a
+        sampled skip decision would hide once its probability nears 0 or 1.
         """
         logits, gate = self.policy(batch)
-        selections = [sample_selections(row_logits, m, self.max_docs, temperature, generator, row_mask)
+        draws = m if gate is None else m - 1
+        if draws < 1:
+            raise ValueError(f"sample: with a gate, m (reranker.num_samples) must be at least 2 (the skip arm and "
+                             f"one draw), got {m}")
+        selections = [sample_selections(row_logits, draws, self.max_docs, temperature, generator, row_mask)
                       for row_logits, row_mask in zip(logits, batch.mask)]
-        if gate is not None:
-            skip_probability = torch.sigmoid(gate.cpu() / temperature).unsqueeze(1)
-            skips = (torch.rand((len(selections), m), generator=generator) < skip_probability).tolist()
-            selections = [[() if skip else selection for selection, skip in zip(drawn, row_skips)]
-                          for drawn, row_skips in zip(selections, skips)]
         rows = [row for row, drawn in enumerate(selections) for _ in drawn]
         flat = [selection for drawn in selections for selection in drawn]
-        flat_logprobs = self._logprobs(logits, gate, batch.mask, flat, rows, temperature).tolist()
-        logprobs = [flat_logprobs[row * m:(row + 1) * m] for row in range(len(selections))]
-        return selections, logprobs
+        index = torch.tensor(rows, dtype=torch.long, device=logits.device)
+        ranked = selection_logprobs(logits[index] / temperature, flat, self.max_docs, batch.mask[index]).tolist()
+        logprobs = [ranked[row * draws:(row + 1) * draws] for row in range(len(selections))]
+        if gate is None:
+            return selections, logprobs
+        skip = F.logsigmoid(gate / temperature).tolist()
+        return [[(), *drawn] for drawn in selections], [[s, *lp] for s, lp in zip(skip, logprobs)]
 
     def logprob(self, batch: RerankBatch, selections: Sequence[Selection], rows: Sequence[int],
                 temperature: float = 1.0) -> torch.Tensor:
-        """Differentiable log-prob [N] of selections[i], drawn for batch row rows[i], at `temperature`."""
+        """Differentiable Plackett-Luce log-prob [N] of selections[i], drawn for batch row rows[i], at `temperature`
+        (with a gate: the ranking's, given that the gate retrieves)."""
         if len(selections) != len(rows):
             raise ValueError(f"logprob: {len(selections)} selections but {len(rows)} rows (one row index each)")
         bad = [row for row in rows if not 0 <= row < len(batch)]
         if bad:
             raise ValueError(f"logprob: row index {bad[0]} out of range for a batch of {len(batch)} rows")
-        logits, gate = self.policy(batch)
-        return self._logprobs(logits, gate, batch.mask, selections, rows, temperature)
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        return selection_logprobs(self.logits(batch)[index] / temperature, selections, self.max_docs,
+                                  batch.mask[index])
 
-    def _logprobs(self, logits: torch.Tensor, gate: torch.Tensor | None, mask: torch.Tensor,
-                  selections: Sequence[Selection], rows: Sequence[int], temperature: float) -> torch.Tensor:
-        """log P(selection); with a gate, of the mixture: P(()) = s + (1 - s) PL(()), P(other) = (1 - s) PL(other)."""
-        index = torch.tensor(list(rows), dtype=torch.long, device=logits.device)
-        ranked = selection_logprobs(logits[index] / temperature, selections, self.max_docs, mask[index])
-        if gate is None:
-            return ranked
-        skip = gate[index] / temperature
-        drawn = F.logsigmoid(-skip) + ranked
-        empty = torch.tensor([len(selection) == 0 for selection in selections], device=logits.device)
-        return torch.where(empty, torch.logaddexp(F.logsigmoid(skip), drawn), drawn)
+    def gate_logits(self, batch: RerankBatch) -> torch.Tensor:
+        """[B] differentiable skip logits of the gate (`reranker.gate`)."""
+        if self.gate is None:
+            raise ValueError("gate_logits: this reranker has no gate (reranker.gate: false)")
+        return self.policy(batch)[1]
 
     @torch.no_grad()
     def greedy(self, batch: RerankBatch) -> list[Selection]:

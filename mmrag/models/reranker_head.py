@@ -193,12 +193,11 @@ class RetrievalGate(nn.Module):
 
     The STOP item competes at every position of a selection, so on fact questions each "keep one more document"
     comparison pushes it down, through weights every question shares; on world v2 it ends 20 logits under the top
-    candidate on visual questions too, where keeping nothing is best (docs/LEARNING.md). The gate answers only "any
-    evidence at all?": its expected gradient on a question scales with p(1 - p) of its skip probability there, so
-    the fact questions' push fades once they stop skipping, and the questions where skipping wins can still raise
-    it. Its weights start at zero and its bias at the logit of `skip_prior`. Measured: in 60 reranker-only steps it
-    does not learn to skip visual questions (docs/LEARNING.md, "A retrieval gate apart from STOP"), so it is off by
-    default.
+    candidate on visual questions too (docs/LEARNING.md). The gate answers only "any evidence at all?", and
+    training evaluates both of its answers on every query (`AdaptiveReranker.sample`), fitting it to the better
+    one (`mmrag.rl.losses.gate_loss`): sampled, its skip probability collapsed on every kind before the ranking
+    had improved enough for skipping to pay on visual questions, and nothing drew it again. Its weights start at
+    zero and its bias at the logit of `skip_prior`.
     """
 
     def __init__(self, in_features: int, skip_prior: float):

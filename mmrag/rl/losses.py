@@ -9,7 +9,8 @@ samples under the current weights, and minimises:
 * reranker: the Plackett-Luce policy loss weighted by advantage (`pl_policy`), or a
   pairwise preference loss among the M selections of one query (`pairwise`), each
   example weighted by its truncated importance weight when it was drawn by an older
-  policy version (`truncated_importance_weights`).
+  policy version (`truncated_importance_weights`); with a retrieval gate, also the
+  gate's classifier of its better arm (`gate_loss`).
 
 Every loss returns a zero that backward() accepts when the batch has no signal.
 """
@@ -73,14 +74,37 @@ def translator_preference_pairs(root: Node, margin: float, max_pairs: int) -> li
     return preference_pairs([child for child in root.children if child.level == "translator"], margin, max_pairs)
 
 
+def ranking_draws(translator_node: Node) -> list[Node]:
+    """The reranker selections the ranking drew for one query: its reranker children, or with a retrieval gate
+    the children of its "retrieve" arm (the "skip" arm's empty selection is the gate's, not a draw)."""
+    draws = []
+    for child in translator_node.children:
+        if child.level == "reranker":
+            draws.append(child)
+        elif child.level == "gate" and child.output == "retrieve":
+            draws.extend(child.children)
+    return draws
+
+
+def gate_value_gap(translator_node: Node) -> float | None:
+    """V(skip arm) - V(retrieve arm) below one query, or None without a retrieval gate there."""
+    arms = {child.output: child.value for child in translator_node.children if child.level == "gate"}
+    if not arms:
+        return None
+    if arms.keys() != {"skip", "retrieve"} or None in arms.values():
+        raise ValueError(f"gate arms of query {translator_node.output!r}: expected valued 'skip' and 'retrieve' "
+                         f"nodes, got {arms}; run backprop_values first")
+    return arms["skip"] - arms["retrieve"]
+
+
 def reranker_preference_pairs(translator_node: Node, margin: float) -> list[tuple[Node, Node]]:
-    """Preference pairs among the reranker children (sampled selections) of one query."""
-    return preference_pairs([child for child in translator_node.children if child.level == "reranker"], margin)
+    """Preference pairs among the ranking's draws (sampled selections) for one query."""
+    return preference_pairs(ranking_draws(translator_node), margin)
 
 
 def reranker_policy_examples(root: Node) -> list[Node]:
-    """Reranker nodes of one question that carry signal (advantage != 0)."""
-    return [node for node in nodes_at(root, "reranker") if node.advantage]
+    """The ranking's draws of one question that carry signal (advantage != 0)."""
+    return [node for t_node in nodes_at(root, "translator") for node in ranking_draws(t_node) if node.advantage]
 
 
 def _zero_loss(like: torch.Tensor) -> torch.Tensor:
@@ -146,6 +170,8 @@ def preference_stats(chosen_logratio: torch.Tensor, rejected_logratio: torch.Ten
     the log-probs themselves. A learning preference loss drives both up.
     """
     margins = beta * (chosen_logratio.detach() - rejected_logratio.detach())
+    if not margins.numel():
+        return {"reward_margin": 0.0, "pair_accuracy": 0.0}
     return {"reward_margin": float(margins.mean()), "pair_accuracy": float((margins > 0).float().mean())}
 
 
@@ -178,3 +204,21 @@ def pl_policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor,
     if logprobs.numel() == 0:
         return _zero_loss(logprobs)
     return _weighted_mean(-(advantages.detach().to(logprobs.dtype) * logprobs), weights)
+
+
+def gate_loss(skip_logits: torch.Tensor, value_gaps: torch.Tensor) -> torch.Tensor:
+    """The retrieval gate's loss: mean over queries of |gap| * BCE(skip logit, gap > 0), gap = V(skip) - V(retrieve).
+
+    Both arms are evaluated on every query, so this is a classifier of the better arm weighted by what choosing it
+    is worth. Its gradient on a query is the policy gradient sigma(1 - sigma) * gap divided by the probability of
+    the better arm: it fades only once the gate prefers that arm, so the many queries where retrieval wins cannot
+    push the gate past the point where it would learn from the few where skipping wins (a policy gradient stalls
+    there, its sigma(1 - sigma) factor near 0), and a query's loss stays bounded (a forced empty selection weighted
+    by its advantage pushes the skip logit without end; docs/LEARNING.md).
+    """
+    _check_same_shape(skip_logits=skip_logits, value_gaps=value_gaps)
+    if skip_logits.numel() == 0:
+        return _zero_loss(skip_logits)
+    gaps = value_gaps.detach().to(skip_logits.dtype)
+    return (gaps.abs() * F.binary_cross_entropy_with_logits(skip_logits, (gaps > 0).to(skip_logits.dtype),
+                                                            reduction="none")).mean()

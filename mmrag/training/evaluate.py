@@ -38,8 +38,9 @@ def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
 
 
 def summarize(predictions: list[dict]) -> dict[str, float]:
-    """Aggregate metrics over `greedy_batch` records; with question kinds (world v2) also each kind's reward and
-    documents kept, as "KIND/reward_mean" and "KIND/docs_kept_mean" (what `mmrag train`'s held-out table shows)."""
+    """Aggregate metrics over `greedy_batch` records; with question kinds (world v2) also each kind's reward,
+    documents kept and how often none is kept, as "KIND/reward_mean", "KIND/docs_kept_mean" (what `mmrag train`'s
+    held-out table shows) and "KIND/docs_zero_fraction"."""
     if not predictions:
         raise ValueError("evaluation: no questions to evaluate (check train.eval_questions and the val split)")
 
@@ -47,7 +48,8 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         return statistics.fmean(1.0 if hit(p) else 0.0 for p in predictions)
 
     per_kind = {f"{kind}/{name}": figures[figure] for kind, figures in summarize_by_kind(predictions).items()
-                if kind in KINDS for name, figure in (("reward_mean", "reward"), ("docs_kept_mean", "docs_kept_mean"))}
+                if kind in KINDS for name, figure in (("reward_mean", "reward"), ("docs_kept_mean", "docs_kept_mean"),
+                                                         ("docs_zero_fraction", "docs_zero_fraction"))}
     return {
         "reward_mean": statistics.fmean(p["reward"] for p in predictions),
         "recall_at_k": rate(lambda p: set(p["gold"]) & set(p["retrieved"])),

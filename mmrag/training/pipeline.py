@@ -93,7 +93,7 @@ class LocalPipeline:
                seed: int) -> SampledSelections:
         selections, logprobs = sample_selections(self.reranker, table, rows, queries, hits, m, seed,
                                                  self.cfg.reranker.temperature)
-        return SampledSelections(selections, logprobs, self.policy_version)
+        return SampledSelections(selections, logprobs, self.policy_version, self.reranker.gate is not None)
 
     def rerank_greedy(self, table: QuestionTable, rows: list[int], queries: list[str],
                       hits: list[list[Hit]]) -> list[Selection]:

@@ -75,6 +75,9 @@ class SampledSelections:
     selections: list[list[Selection]]
     logprobs: list[list[float]]
     policy_version: int
+    gated: bool = False
+    """Drawn by a reranker with a retrieval gate: each row's first selection is the gate's skip arm (empty), the
+    rest the ranking's draws (`AdaptiveReranker.sample`)."""
 
 
 class Stages(Protocol):

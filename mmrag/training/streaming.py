@@ -18,6 +18,7 @@ the driver; the trees carry each query row's hits by the same handle (`HitsRow`)
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -254,7 +255,9 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
 
     Roots record the rollout number (which the learner reports back), translator nodes the
     translator version that drew them and their row of hits (or its `HitsRow`), reranker nodes (the leaves)
-    the reranker version, and each leaf's payload both and the doc ids of its evidence.
+    the reranker version, and each leaf's payload both and the doc ids of its evidence. Selections drawn with a
+    retrieval gate (`SampledSelections.gated`) hang under two gate nodes of their query: "skip" above the empty
+    selection, "retrieve" above the ranking's draws.
     """
     roots = []
     for mb in batch.micro_batches:
@@ -270,12 +273,28 @@ def assemble_trees(batch: RolloutBatch) -> list[Node]:
             for sample in samples:
                 t_node = root.add(Node("translator", output=sample.text, logprob=sample.logprob,
                                        policy_version=sampled.policy_version, payload={"hits": retrieved.row(row)}))
+                leaves = []
                 for draw, (selection, logprob) in enumerate(zip(selected.selections[row], selected.logprobs[row])):
                     leaf = row * len(selected.selections[row]) + draw
-                    t_node.add(Node("reranker", output=tuple(selection), logprob=logprob,
-                                    policy_version=selected.policy_version, reward=float(rewards[leaf]),
-                                    payload={"answer": answers[leaf], "versions": versions,
-                                             "doc_ids": [retrieved.doc_ids[row][j] for j in selection]}))
+                    leaves.append(Node("reranker", output=tuple(selection), logprob=logprob,
+                                       policy_version=selected.policy_version, reward=float(rewards[leaf]),
+                                       payload={"answer": answers[leaf], "versions": versions,
+                                                "doc_ids": [retrieved.doc_ids[row][j] for j in selection]}))
+                if selected.gated:
+                    _add_gate_arms(t_node, leaves[0], leaves[1:], selected.policy_version)
+                else:
+                    t_node.children.extend(leaves)
                 row += 1
             roots.append(root)
     return roots
+
+
+def _add_gate_arms(t_node: Node, skip: Node, draws: list[Node], version: int) -> None:
+    """The gate's two arms below a query: "skip" above the empty selection, "retrieve" above the ranking's draws.
+
+    The gate nodes carry the log-probs of its choices; the empty selection is the gate's, not a ranking draw.
+    """
+    skip_logprob, skip.logprob = skip.logprob, None
+    retrieve_logprob = math.log(-math.expm1(skip_logprob)) if skip_logprob < 0 else -math.inf
+    t_node.add(Node("gate", output="skip", logprob=skip_logprob, policy_version=version)).add(skip)
+    t_node.add(Node("gate", output="retrieve", logprob=retrieve_logprob, policy_version=version)).children.extend(draws)

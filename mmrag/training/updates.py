@@ -37,11 +37,11 @@ import torch
 
 from mmrag.config import TrainConfig
 from mmrag.data.dataset import Question
-from mmrag.models.reranker import AdaptiveReranker, candidates_of
+from mmrag.models.reranker import AdaptiveReranker, RerankBatch, candidates_of
 from mmrag.models.translator import QueryTranslator
-from mmrag.rl.losses import (dpo_loss, pairwise_preference_loss, pl_policy_loss, preference_stats,
-                             reference_free_dpo_loss, reranker_preference_pairs, translator_preference_pairs,
-                             truncated_importance_weights)
+from mmrag.rl.losses import (dpo_loss, gate_loss, gate_value_gap, pairwise_preference_loss, pl_policy_loss,
+                             preference_stats, ranking_draws, reference_free_dpo_loss, reranker_preference_pairs,
+                             translator_preference_pairs, truncated_importance_weights)
 from mmrag.rl.rollout import Node, nodes_at
 
 
@@ -57,7 +57,9 @@ class LocalLoss:
     """Per-example means worth logging beside the loss; the same keys whenever `examples` > 0, since learner ranks
     combine them key by key. Translator: `reward_margin`, `pair_accuracy` (DPO's implicit reward). Reranker:
     `importance_ratio_mean` and `importance_ratio_truncated` (the fraction above the cap), reported whether or not
-    the correction is on; `pairwise` adds `reward_margin` and `pair_accuracy`."""
+    the correction is on; `pairwise` adds `reward_margin` and `pair_accuracy`; a retrieval gate adds
+    `gate_queries` (the fraction of examples that are the gate's) and `gate_skip_wins` (of those, where the skip
+    arm was worth more)."""
 
 
 def translator_pairs(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, Node]]:
@@ -90,21 +92,23 @@ def translator_loss(translator: QueryTranslator, roots: list[Node], cfg: TrainCo
                      preference_stats(chosen - ref_chosen, rejected - ref_rejected, cfg.dpo_beta))
 
 
-def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list]]:
-    """(question, translator node, examples) where the node's reranker children carry signal.
+def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, Node, list, float | None]]:
+    """(question, translator node, examples, gate gap) where the query's selections carry signal.
 
-    Examples are the children with a non-zero advantage (`pl_policy`) or preference pairs
-    among them (`pairwise`).
+    Examples are the ranking's draws with a non-zero advantage (`pl_policy`) or preference pairs among them
+    (`pairwise`); the gate gap is V(skip) - V(retrieve) with a retrieval gate (None without one, or when the
+    arms tie: no signal for the gate).
     """
     rows = []
     for root in roots:
         for t_node in nodes_at(root, "translator"):
             if cfg.reranker_loss == "pl_policy":
-                examples = [child for child in t_node.children if child.advantage]
+                examples = [child for child in ranking_draws(t_node) if child.advantage]
             else:
                 examples = reranker_preference_pairs(t_node, cfg.pair_margin)
-            if examples:
-                rows.append((root.payload["question"], t_node, examples))
+            gap = gate_value_gap(t_node) or None
+            if examples or gap is not None:
+                rows.append((root.payload["question"], t_node, examples, gap))
     return rows
 
 
@@ -130,6 +134,8 @@ def log_importance_ratios(nodes: list[Node], logprobs: torch.Tensor, policy_vers
 def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor | None, dict[str, float]]:
     """(loss weights, or None with the correction off; the ratio statistics, logged either way)."""
     weights, ratios = truncated_importance_weights(log_ratios, cfg.importance_ratio_cap)
+    if not ratios.numel():  # only the gate's queries carry signal
+        return None, {"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0, "importance_ratio_truncated": 0.0}
     stats = {"importance_ratio_mean": float(ratios.mean()),
              "importance_ratio_std": float(ratios.std(unbiased=False)),
              "importance_ratio_truncated": float((ratios > cfg.importance_ratio_cap).float().mean())}
@@ -141,22 +147,42 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
     """The reranker's local loss over a batch of scored trees, under the weights of `policy_version`.
 
     Nodes drawn by an older version (`Node.policy_version`) are off-policy experience: with
-    `train.off_policy_correction` each is weighted by its truncated importance ratio.
+    `train.off_policy_correction` each is weighted by its truncated importance ratio. With a retrieval gate the
+    loss averages the ranking's examples and the gate's queries (`gate_loss`) together; the gate's takes no ratio,
+    since both of its arms are evaluated on every query whatever the gate's probabilities were.
     """
     rows = reranker_rows(roots, cfg)
     if not rows:
         return LocalLoss(torch.zeros((), requires_grad=True), 0)
-    batch = reranker.featurize([q.image for q, _, _ in rows], [q.question for q, _, _ in rows],
-                               [t_node.output for _, t_node, _ in rows],
-                               candidates_of([t_node.payload["hits"] for _, t_node, _ in rows]))
+    batch = reranker.featurize([q.image for q, *_ in rows], [q.question for q, *_ in rows],
+                               [t_node.output for _, t_node, *_ in rows],
+                               candidates_of([t_node.payload["hits"] for _, t_node, *_ in rows]))
+    ranking = _ranking_loss(reranker, batch, [examples for _, _, examples, _ in rows], cfg, temperature,
+                            policy_version)
+    if reranker.gate is None:
+        return ranking
+    gated = [(row, gap) for row, (*_, gap) in enumerate(rows) if gap is not None]
+    skip_logits = reranker.gate_logits(batch)[[row for row, _ in gated]]
+    gate = gate_loss(skip_logits, torch.tensor([gap for _, gap in gated], device=skip_logits.device))
+    examples = ranking.examples + len(gated)
+    loss = (ranking.loss * ranking.examples + gate * len(gated)) / examples
+    skips = sum(gap > 0 for _, gap in gated)
+    return LocalLoss(loss, examples, {**ranking.stats, "gate_queries": len(gated) / examples,
+                                      "gate_skip_wins": skips / len(gated) if gated else 0.0})
+
+
+def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, examples: list[list], cfg: TrainConfig,
+                  temperature: float, policy_version: int) -> LocalLoss:
+    """The ranking's loss over each row's examples (`reranker_rows`); its importance statistics are 1 and 0
+    when there are none, so that the stats keep their keys."""
     if cfg.reranker_loss == "pl_policy":
-        flat = [(row, node) for row, (_, _, examples) in enumerate(rows) for node in examples]
+        flat = [(row, node) for row, nodes in enumerate(examples) for node in nodes]
         nodes = [node for _, node in flat]
         logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature)
         weights, stats = _importance(log_importance_ratios(nodes, logprobs, policy_version), cfg)
         advantages = torch.tensor([node.advantage for node in nodes], dtype=logprobs.dtype, device=logprobs.device)
         return LocalLoss(pl_policy_loss(logprobs, advantages, weights), len(flat), stats)
-    flat = [(row, pair) for row, (_, _, pairs) in enumerate(rows) for pair in pairs]
+    flat = [(row, pair) for row, pairs in enumerate(examples) for pair in pairs]
     nodes = [c for _, (c, _) in flat] + [r for _, (_, r) in flat]
     logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat] * 2, temperature)
     chosen, rejected = logprobs[:len(flat)], logprobs[len(flat):]
@@ -171,5 +197,5 @@ def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
     if component == "translator":
         return len(translator_pairs(roots, cfg))
     if component == "reranker":
-        return sum(len(examples) for _, _, examples in reranker_rows(roots, cfg))
+        return sum(len(examples) + (gap is not None) for _, _, examples, gap in reranker_rows(roots, cfg))
     raise ValueError(f"example_count: component {component!r}: expected 'translator' or 'reranker'")
