@@ -94,3 +94,23 @@ def test_the_model_card_names_base_models_data_config_and_held_out_metrics(tiny_
     for name in (cfg.translator.model, cfg.reranker.backbone_pretrained, cfg.encoder.pretrained, cfg.data.dir):
         assert name in card
     assert "Pipeline.from_pretrained" in card
+
+
+def test_loading_an_export_takes_the_reranker_it_was_trained_as(tiny_export, synth_dir, tmp_path):
+    import dataclasses
+
+    from mmrag.models.reranker import AdaptiveReranker
+    from mmrag.training.evaluate import greedy_batch
+    from mmrag.training.export import save_export
+    from mmrag.training.pipeline import LocalPipeline
+
+    cfg, _, pipeline = tiny_export
+    gated_cfg = dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, gate=True, max_docs=3))
+    gated = AdaptiveReranker.from_config(gated_cfg.reranker, cfg.zoo.cache_dir, "cpu")
+    with torch.no_grad():
+        gated.gate.linear.bias.fill_(5.0)  # skips every question
+    export = save_export(tmp_path / "export", pipeline.translator, gated, 4, gated_cfg)
+    loaded = LocalPipeline.from_config(cfg, checkpoint=str(export))  # a config without the gate
+    assert loaded.reranker.gate is not None and loaded.cfg.reranker.max_docs == 3
+    assert loaded.reranker.gate.linear.bias.item() == 5.0
+    assert [row["selected"] for row in greedy_batch(loaded, load_questions(synth_dir, "test")[:2])] == [[], []]

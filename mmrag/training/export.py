@@ -72,11 +72,19 @@ def with_exported_translator(cfg: Config, export_dir: str | Path) -> Config:
     return dataclasses.replace(cfg, translator=translator)
 
 
-def with_exported_selection(cfg: Config, export_dir: str | Path) -> Config:
-    """A copy of `cfg` whose reranker keeps at most the export's `reranker.max_docs` (e.g. the k that
-    component-level training chose on val, `mmrag.training.component_level`)."""
-    max_docs = export_meta(export_dir)["reranker"]["max_docs"]
-    return dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, max_docs=max_docs))
+EXPORTED_RERANKER_FIELDS = ("backbone_name", "backbone_pretrained", "visual_reader", "backbone", "head", "hidden_dim",
+                            "score_temperature", "lora_rank", "lora_alpha", "max_docs", "gate")
+"""The `reranker` fields an export's weights and its greedy selection depend on: loading it takes them from the
+export (for example the k that component-level training chose on val as `max_docs`, or a retrieval gate); the rest
+(sampling, learning rates, placement) stay the loading config's."""
+
+
+def with_exported_reranker(cfg: Config, export_dir: str | Path) -> Config:
+    """A copy of `cfg` whose reranker is the export's (`EXPORTED_RERANKER_FIELDS`; a field an older export does not
+    record stays the config's)."""
+    exported = export_meta(export_dir)["reranker"]
+    fields = {name: exported[name] for name in EXPORTED_RERANKER_FIELDS if name in exported}
+    return dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, **fields))
 
 
 def load_reranker_weights(reranker, export_dir: str | Path) -> None:

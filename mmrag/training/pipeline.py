@@ -24,7 +24,7 @@ from mmrag.models.translator import QuerySample, QueryTranslator
 from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.merge import LocalRetriever
 from mmrag.rl.plackett_luce import Selection
-from mmrag.training.export import load_reranker_weights, with_exported_selection, with_exported_translator
+from mmrag.training.export import load_reranker_weights, with_exported_reranker, with_exported_translator
 from mmrag.training.learner import Weights, load_trainable_components
 from mmrag.training.seeding import seeded_torch
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections
@@ -54,7 +54,7 @@ class LocalPipeline:
         if not (Path(cfg.index.dir) / "manifest.json").exists():
             raise FileNotFoundError(f"index.dir: no index at {cfg.index.dir} (build it with `mmrag index`)")
         if checkpoint is not None:
-            cfg = with_exported_selection(with_exported_translator(cfg, checkpoint), checkpoint)
+            cfg = with_exported_reranker(with_exported_translator(cfg, checkpoint), checkpoint)
         encoder = ClipEncoder(cfg.encoder.model_name, cfg.encoder.pretrained, cache, device, cfg.encoder.batch_size)
         retriever = LocalRetriever(cfg.index.dir, cfg.index)
         retriever.manifest.check_encoder(encoder.identity, encoder.dim)
