@@ -149,6 +149,26 @@ def test_a_gated_reranker_adds_its_gates_loss_on_the_two_arms_to_the_rankings(zo
     assert gated.gate.linear.bias.grad.item() == pytest.approx(0.5 * (0.15 - 1) / 3, abs=1e-6)
 
 
+def test_a_batch_where_only_the_gate_has_signal_takes_the_gates_loss_alone(zoo_dir):
+    torch.manual_seed(0)
+    gated = AdaptiveReranker.from_config(dataclasses.replace(reranker_config(), gate=True), zoo_dir)
+    root = reranker_tree(version=1)
+    query = root.children[0]
+    query.children = []
+    query.add(Node("gate", output="skip")).add(Node("reranker", output=(), policy_version=1, reward=0.0))
+    retrieve = query.add(Node("gate", output="retrieve"))
+    for selection in [(0,), (1,)]:  # the draws tie: no ranking example
+        retrieve.add(Node("reranker", output=selection, logprob=-1.0, policy_version=1, reward=1.0))
+    backprop_values(root)
+    compute_advantages(root)
+    local = reranker_loss(gated, [root], TrainConfig(), TEMPERATURE, policy_version=2)  # stale, as under a lag
+    assert local.examples == 1
+    assert local.loss.item() == pytest.approx(1.0 * -math.log(0.85), abs=1e-5)  # retrieving won by 1
+    assert local.stats == pytest.approx({"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0,
+                                         "importance_ratio_truncated": 0.0, "gate_queries": 1.0,
+                                         "gate_skip_wins": 0.0})
+
+
 @pytest.fixture(scope="module")
 def tiny_lvlm_path(zoo_dir) -> str:
     from mmrag.zoo import resolve

@@ -125,7 +125,8 @@ def log_importance_ratios(nodes: list[Node], logprobs: torch.Tensor, policy_vers
                              f"(learner at {policy_version}) has no behaviour log-prob (Node.logprob); "
                              "off-policy correction needs the log-prob it was sampled with")
         behaviour.append(float("nan") if node.policy_version == policy_version else node.logprob)
-    on_policy = torch.tensor([node.policy_version == policy_version for node in nodes], device=logprobs.device)
+    on_policy = torch.tensor([node.policy_version == policy_version for node in nodes], dtype=torch.bool,
+                             device=logprobs.device)
     current = logprobs.detach()
     behaviour = torch.where(on_policy, current, torch.tensor(behaviour, dtype=current.dtype, device=current.device))
     return current - behaviour
