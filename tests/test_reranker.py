@@ -220,16 +220,15 @@ def test_an_untrained_gate_leaves_the_ranking_and_greedy_unchanged(frozen, gated
     assert torch.equal(gated.logits(batch), frozen.logits(batch))  # the same head and STOP, untrained
     assert gated.greedy(batch) == frozen.greedy(batch) == [(1, 2), (0,)]
     assert torch.equal(gated.logprob(batch, [(), (1, 2)], [0, 0]), frozen.logprob(batch, [(), (1, 2)], [0, 0]))
-    assert torch.sigmoid(gated.gate_logits(batch)).tolist() == pytest.approx([0.15, 0.15], abs=1e-6)
-    with pytest.raises(ValueError, match="this reranker has no gate"):
-        frozen.gate_logits(batch)
+    assert torch.sigmoid(gated.policy(batch)[1]).tolist() == pytest.approx([0.15, 0.15], abs=1e-6)
+    assert frozen.policy(batch)[1] is None  # no gate
 
 
 def test_gated_sampling_takes_both_arms_and_draws_the_rest_from_the_ranking(frozen, gated):
     with perturbed(gated, scale=0.1):
         batch = featurize(gated)
         selections, logprobs = gated.sample(batch, 801, 0.7, torch.Generator().manual_seed(5))
-        skip = torch.nn.functional.logsigmoid(gated.gate_logits(batch) / 0.7).tolist()
+        skip = torch.nn.functional.logsigmoid(gated.policy(batch)[1] / 0.7).tolist()
         every = enumerate_selections(3, gated.max_docs)
         probabilities = dict(zip(every, gated.logprob(batch, every, [0] * len(every), 0.7).exp().tolist()))
         recomputed = gated.logprob(batch, selections[0][1:], [0] * 800, 0.7).tolist()

@@ -29,7 +29,7 @@ keeps exactly the top 2 candidates; sampling at temperature 1 keeps 1.6-2.3 on a
 max_docs = 3 (fewer when the top candidates stand out).
 
 Rollouts call `featurize` then `sample` (training) or `greedy` (inference); the learner
-calls `logprob` on the sampled selections (and `gate_logits`). With `backbone: frozen` all CLIP features are
+calls `policy` and `logprob` on the sampled selections. With `backbone: frozen` all CLIP features are
 computed once in `featurize` (no grad) and cached in the `RerankBatch`; with `backbone: lora`
 the batch keeps the text tokens and `logits` re-encodes them through the LoRA-tuned text
 tower with gradients (image features stay cached: only the text tower is adapted).
@@ -282,23 +282,18 @@ class AdaptiveReranker(nn.Module):
         return [[(), *drawn] for drawn in selections], [[s, *lp] for s, lp in zip(skip, logprobs)]
 
     def logprob(self, batch: RerankBatch, selections: Sequence[Selection], rows: Sequence[int],
-                temperature: float = 1.0) -> torch.Tensor:
+                temperature: float = 1.0, logits: torch.Tensor | None = None) -> torch.Tensor:
         """Differentiable Plackett-Luce log-prob [N] of selections[i], drawn for batch row rows[i], at `temperature`
-        (with a gate: the ranking's, given that the gate retrieves)."""
+        (with a gate: the ranking's, given that the gate retrieves); `logits`: this batch's `policy` logits when
+        the caller already has them (the gated loss, which also needs the gate's), so the head runs once."""
         if len(selections) != len(rows):
             raise ValueError(f"logprob: {len(selections)} selections but {len(rows)} rows (one row index each)")
         bad = [row for row in rows if not 0 <= row < len(batch)]
         if bad:
             raise ValueError(f"logprob: row index {bad[0]} out of range for a batch of {len(batch)} rows")
         index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
-        return selection_logprobs(self.logits(batch)[index] / temperature, selections, self.max_docs,
-                                  batch.mask[index])
-
-    def gate_logits(self, batch: RerankBatch) -> torch.Tensor:
-        """[B] differentiable skip logits of the gate (`reranker.gate`)."""
-        if self.gate is None:
-            raise ValueError("gate_logits: this reranker has no gate (reranker.gate: false)")
-        return self.policy(batch)[1]
+        logits = self.logits(batch) if logits is None else logits
+        return selection_logprobs(logits[index] / temperature, selections, self.max_docs, batch.mask[index])
 
     @torch.no_grad()
     def greedy(self, batch: RerankBatch) -> list[Selection]:

@@ -158,12 +158,13 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
     batch = reranker.featurize([q.image for q, *_ in rows], [q.question for q, *_ in rows],
                                [t_node.output for _, t_node, *_ in rows],
                                candidates_of([t_node.payload["hits"] for _, t_node, *_ in rows]))
-    ranking = _ranking_loss(reranker, batch, [examples for _, _, examples, _ in rows], cfg, temperature,
+    logits, gate_logits = reranker.policy(batch)
+    ranking = _ranking_loss(reranker, batch, logits, [examples for _, _, examples, _ in rows], cfg, temperature,
                             policy_version)
-    if reranker.gate is None:
+    if gate_logits is None:
         return ranking
     gated = [(row, gap) for row, (*_, gap) in enumerate(rows) if gap is not None]
-    skip_logits = reranker.gate_logits(batch)[[row for row, _ in gated]]
+    skip_logits = gate_logits[[row for row, _ in gated]]
     gate = gate_loss(skip_logits, torch.tensor([gap for _, gap in gated], device=skip_logits.device))
     examples = ranking.examples + len(gated)
     loss = (ranking.loss * ranking.examples + gate * len(gated)) / examples
@@ -172,20 +173,22 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
                                       "gate_skip_wins": skips / len(gated) if gated else 0.0})
 
 
-def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, examples: list[list], cfg: TrainConfig,
-                  temperature: float, policy_version: int) -> LocalLoss:
-    """The ranking's loss over each row's examples (`reranker_rows`); its importance statistics are 1 and 0
-    when there are none, so that the stats keep their keys."""
+def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, logits: torch.Tensor, examples: list[list],
+                  cfg: TrainConfig, temperature: float, policy_version: int) -> LocalLoss:
+    """The ranking's loss over each row's examples (`reranker_rows`), from the batch's policy `logits`; its
+    importance statistics are 1 and 0 when there are none, so that the stats keep their keys."""
     if cfg.reranker_loss == "pl_policy":
         flat = [(row, node) for row, nodes in enumerate(examples) for node in nodes]
         nodes = [node for _, node in flat]
-        logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature)
+        logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature,
+                                    logits)
         weights, stats = _importance(log_importance_ratios(nodes, logprobs, policy_version), cfg)
         advantages = torch.tensor([node.advantage for node in nodes], dtype=logprobs.dtype, device=logprobs.device)
         return LocalLoss(pl_policy_loss(logprobs, advantages, weights), len(flat), stats)
     flat = [(row, pair) for row, pairs in enumerate(examples) for pair in pairs]
     nodes = [c for _, (c, _) in flat] + [r for _, (_, r) in flat]
-    logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat] * 2, temperature)
+    logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat] * 2, temperature,
+                                logits)
     chosen, rejected = logprobs[:len(flat)], logprobs[len(flat):]
     log_ratios = log_importance_ratios(nodes, logprobs, policy_version)
     weights, stats = _importance(log_ratios[:len(flat)] + log_ratios[len(flat):], cfg)
