@@ -147,6 +147,9 @@ def test_a_gated_reranker_adds_its_gates_loss_on_the_two_arms_to_the_rankings(zo
     gated.zero_grad()
     local.loss.backward()
     assert gated.gate.linear.bias.grad.item() == pytest.approx(0.5 * (0.15 - 1) / 3, abs=1e-6)
+    # With train.gate_gap_unit 0.25 the gap of 0.5 weighs fully.
+    unit = reranker_loss(gated, [root], TrainConfig(gate_gap_unit=0.25), TEMPERATURE, policy_version=3)
+    assert unit.loss.item() == pytest.approx((2 * ranking + 1.0 * -math.log(0.15)) / 3, abs=1e-5)
 
 
 def test_a_batch_where_only_the_gate_has_signal_takes_the_gates_loss_alone(zoo_dir):

@@ -196,6 +196,18 @@ def test_the_gate_loss_fits_the_better_arm_weighted_by_its_worth_and_stays_bound
         gate_loss(torch.zeros(2), torch.zeros(3))
 
 
+def test_a_gap_unit_counts_every_gap_of_at_least_that_much_alike():
+    logits = torch.zeros(4)
+    gaps = torch.tensor([0.04, -1.0, 0.01, 0.0])  # skipping saves two documents' price; retrieving answers; ...
+    per_query = math.log(2) * torch.tensor([1.0, 1.0, 0.5, 0.0])  # ... half a unit counts half; a tie nothing
+    assert gate_loss(logits, gaps, gap_unit=0.02).item() == pytest.approx(per_query.mean().item(), rel=1e-6)
+    assert gate_loss(logits, gaps).item() == pytest.approx(  # the regret: two documents weigh 25 times less
+        math.log(2) * (0.04 + 1.0 + 0.01) / 4, rel=1e-6)
+    assert gate_loss(logits, torch.tensor([1.1]), gap_unit=1.0).item() == pytest.approx(math.log(2), rel=1e-6)
+    with pytest.raises(ValueError, match="gap_unit must be positive"):
+        gate_loss(logits, gaps, gap_unit=0.0)
+
+
 def test_gate_values_must_be_filled_first():
     root, query = gated_question(1.0, [0.0])
     with pytest.raises(ValueError, match="run backprop_values first"):

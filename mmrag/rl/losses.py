@@ -206,19 +206,26 @@ def pl_policy_loss(logprobs: torch.Tensor, advantages: torch.Tensor,
     return _weighted_mean(-(advantages.detach().to(logprobs.dtype) * logprobs), weights)
 
 
-def gate_loss(skip_logits: torch.Tensor, value_gaps: torch.Tensor) -> torch.Tensor:
-    """The retrieval gate's loss: mean over queries of |gap| * BCE(skip logit, gap > 0), gap = V(skip) - V(retrieve).
+def gate_loss(skip_logits: torch.Tensor, value_gaps: torch.Tensor, gap_unit: float | None = None) -> torch.Tensor:
+    """The retrieval gate's loss: mean over queries of w * BCE(skip logit, gap > 0), gap = V(skip) - V(retrieve),
+    w = |gap|, or with a `gap_unit` u, min(|gap| / u, 1).
 
     Both arms are evaluated on every query, so this is a classifier of the better arm weighted by what choosing it
-    is worth. Its gradient on a query is the policy gradient sigma(1 - sigma) * gap divided by the probability of
-    the better arm: it fades only once the gate prefers that arm, so the many queries where retrieval wins cannot
-    push the gate past the point where it would learn from the few where skipping wins (a policy gradient stalls
-    there, its sigma(1 - sigma) factor near 0), and a query's loss stays bounded (a forced empty selection weighted
-    by its advantage pushes the skip logit without end; docs/LEARNING.md).
+    is worth. With w = |gap| (the regret) its gradient on a query is the policy gradient sigma(1 - sigma) * gap
+    divided by the probability of the better arm: it fades only once the gate prefers that arm, so the many
+    queries where retrieval wins cannot push the gate past the point where it would learn from the few where
+    skipping wins (a policy gradient stalls there, its sigma(1 - sigma) factor near 0), and a query's loss stays
+    bounded (a forced empty selection weighted by its advantage pushes the skip logit without end;
+    docs/LEARNING.md). A unit counts every gap of at least that much alike: at the price of one document, a visual
+    question where skipping saves a document weighs as much as a fact question where retrieving gets the answer,
+    where the regret weighs it 50 times less.
     """
     _check_same_shape(skip_logits=skip_logits, value_gaps=value_gaps)
+    if gap_unit is not None and gap_unit <= 0:
+        raise ValueError(f"gate_loss: gap_unit must be positive, got {gap_unit!r}")
     if skip_logits.numel() == 0:
         return _zero_loss(skip_logits)
     gaps = value_gaps.detach().to(skip_logits.dtype)
-    return (gaps.abs() * F.binary_cross_entropy_with_logits(skip_logits, (gaps > 0).to(skip_logits.dtype),
-                                                            reduction="none")).mean()
+    weights = gaps.abs() if gap_unit is None else (gaps.abs() / gap_unit).clamp(max=1.0)
+    return (weights * F.binary_cross_entropy_with_logits(skip_logits, (gaps > 0).to(skip_logits.dtype),
+                                                         reduction="none")).mean()

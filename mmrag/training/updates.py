@@ -165,7 +165,8 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
         return ranking
     gated = [(row, gap) for row, (*_, gap) in enumerate(rows) if gap is not None]
     skip_logits = gate_logits[[row for row, _ in gated]]
-    gate = gate_loss(skip_logits, torch.tensor([gap for _, gap in gated], device=skip_logits.device))
+    gate = gate_loss(skip_logits, torch.tensor([gap for _, gap in gated], device=skip_logits.device),
+                     cfg.gate_gap_unit)
     examples = ranking.examples + len(gated)
     loss = (ranking.loss * ranking.examples + gate * len(gated)) / examples
     skips = sum(gap > 0 for _, gap in gated)
