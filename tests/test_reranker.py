@@ -14,10 +14,9 @@ from PIL import Image
 from mmrag.config import ConfigError, RerankerConfig, load_config
 from mmrag.data.dataset import encode_image
 from mmrag.data.render import render_entity
-from mmrag.data.wording import ATTRIBUTES
 from mmrag.data.world import Entity
 from mmrag.models.reranker import AdaptiveReranker, Candidate
-from mmrag.models.visual_reader import image_tensor, seen_description
+from mmrag.models.visual_reader import seen_description
 from mmrag.rl.losses import pl_policy_loss
 from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import enumerate_selections
@@ -116,19 +115,6 @@ def test_the_seen_vector_embeds_what_the_visual_reader_reads_in_the_question_ima
 def test_without_a_visual_reader_the_seen_vector_is_zero(frozen):
     assert frozen.visual_reader is None
     assert featurize(frozen).seen_features.abs().sum() == 0
-
-
-def test_the_batch_carries_how_unsure_the_visual_reader_is_of_each_word(sighted, frozen):
-    pictured = [Entity("e0", "Ada Lind", "circle", "red", "striped", "grey"), Entity("e1", "Bo Lind", "square",
-                                                                                      "blue", "dotted", "teal")]
-    images = [render_entity(entity) for entity in pictured]
-    readings, doubt = sighted.visual_reader.read_with_doubt(images)
-    assert readings == sighted.visual_reader.read(images)
-    logits = sighted.visual_reader(image_tensor(images))
-    expected = torch.stack([1 - logits[a].softmax(dim=1).max(dim=1).values for a in ATTRIBUTES], dim=1)
-    assert torch.allclose(doubt, expected, atol=1e-6) and doubt.shape == (2, 4)
-    assert torch.allclose(sighted.featurize(images, QUESTIONS, QUERIES, CANDIDATES).doubt, expected, atol=1e-6)
-    assert featurize(frozen).doubt.shape == (2, 4) and featurize(frozen).doubt.abs().sum() == 0  # no reader
 
 
 def test_an_untrained_sighted_reranker_ranks_by_retrieval_score_plus_sight(sighted):
@@ -266,23 +252,6 @@ def test_greedy_keeps_nothing_where_the_gate_would_rather_skip(gated):
         with torch.no_grad():
             gated.gate.linear.bias.fill_(-0.1)
         assert gated.greedy(batch) == [(1, 2), (0,)]
-
-
-def test_the_gate_weighs_each_attributes_doubt_by_how_much_the_question_asks_for_it(gated):
-    batch = featurize(gated)
-    inputs = gated.head.stop_inputs(gated.candidate_features(batch))
-    untrained = gated.gate(inputs, batch.doubt).detach()
-    assert torch.equal(gated.gate(inputs, torch.rand(2, 4)).detach(), untrained)  # doubt weighs 0 untrained
-    with perturbed(gated, scale=0.3):
-        doubt = torch.tensor([[0.0, 0.5, 0.0, 0.0], [0.2, 0.0, 0.0, 0.1]])
-        by_hand = gated.gate.linear(inputs).squeeze(-1) + (gated.gate.attention(inputs) * doubt).sum(dim=-1)
-        assert torch.allclose(gated.gate(inputs, doubt), by_hand)
-        assert not torch.allclose(gated.gate(inputs, doubt), gated.gate(inputs, torch.zeros(2, 4)))
-        batch.doubt = doubt
-        gated.policy(batch)[1].sum().backward()
-        assert gated.gate.attention.weight.grad[1].abs().sum() > 0  # shape's doubt, which row 0 has
-        assert gated.gate.attention.weight.grad[2].abs().sum() == 0  # nobody doubts texture: no gradient
-        gated.zero_grad()
 
 
 def test_the_gate_learns_at_its_own_rate_and_the_rest_at_the_rerankers(gated):

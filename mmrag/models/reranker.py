@@ -107,9 +107,6 @@ class RerankBatch:
     word_match: torch.Tensor
     """[B, K, 4]: each attribute word the visual reader reads, its best cosine with a word of the document
     (`mmrag.models.word_match`); zeros without a reader and at padding."""
-    doubt: torch.Tensor
-    """[B, 4]: how unsure the visual reader is of each attribute word it reads (`VisualReader.read_with_doubt`),
-    what the retrieval gate weighs; zeros without a reader."""
     text_features: torch.Tensor | None
     """[B, 2 + K, D]: question, query, documents (zeros at padding); set with a frozen backbone."""
     text_tokens: torch.Tensor | None
@@ -156,7 +153,7 @@ class AdaptiveReranker(nn.Module):
         self.score_temperature = cfg.score_temperature
         self.head = scoring_head(cfg.head, encoder.dim, cfg.hidden_dim)
         self.stop_scorer = StopScorer(self.head.stop_input_dim, self.head.stop_hidden_dim)
-        self.gate = RetrievalGate(self.head.stop_input_dim, cfg.gate_skip_prior, len(ATTRIBUTES)) if cfg.gate else None
+        self.gate = RetrievalGate(self.head.stop_input_dim, cfg.gate_skip_prior) if cfg.gate else None
         self.to(encoder.device)
 
     @classmethod
@@ -179,12 +176,10 @@ class AdaptiveReranker(nn.Module):
                             dtype=torch.bool).reshape(len(candidates), num_slots)
         scores = torch.tensor([[float(c.retrieval_score) for c in row] + [0.0] * (num_slots - len(row))
                                for row in candidates], dtype=torch.float32).reshape(mask.shape)
-        readings, doubt = (self.visual_reader.read_with_doubt(list(images)) if self.visual_reader is not None
-                           else (None, torch.zeros(len(images), len(ATTRIBUTES))))
+        readings = self.visual_reader.read(list(images)) if self.visual_reader is not None else None
         batch = RerankBatch(scores, mask, self._image_features(images, candidates, num_slots),
                             self._seen_features(readings, len(images)),
-                            self._word_match(readings, candidates, num_slots), doubt.reshape(len(images), -1),
-                            None, None)
+                            self._word_match(readings, candidates, num_slots), None, None)
         texts = [text for question, query, row in zip(questions, queries, candidates)
                  for text in [question, query, *(c.text for c in row)]]
         if self.tunes_text_tower:
@@ -248,7 +243,7 @@ class AdaptiveReranker(nn.Module):
         candidate = prior / self.score_temperature + self.head(features)
         stop_inputs = self.head.stop_inputs(features)
         stop = self.stop_scorer(stop_inputs, candidate, batch.mask)
-        gate = None if self.gate is None else self.gate(stop_inputs, batch.doubt)
+        gate = None if self.gate is None else self.gate(stop_inputs)
         candidate = candidate.masked_fill(~batch.mask, float("-inf"))
         return torch.cat([candidate, stop.unsqueeze(1)], dim=1), gate
 

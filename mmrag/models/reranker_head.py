@@ -189,32 +189,25 @@ class StopScorer(nn.Module):
 
 
 class RetrievalGate(nn.Module):
-    """Logit [B] of skipping evidence altogether (`reranker.gate`): linear in the head's `stop_inputs`, plus the
-    visual reader's doubt about each attribute word it reads, each weighed by how much the question asks for it.
+    """Logit [B] of skipping evidence altogether, linear in the head's `stop_inputs` (`reranker.gate`).
 
     The STOP item competes at every position of a selection, so on fact questions each "keep one more document"
     comparison pushes it down, through weights every question shares; on world v2 it ends 20 logits under the top
     candidate on visual questions too (docs/LEARNING.md). The gate answers only "any evidence at all?", and
     training evaluates both of its answers on every query (`AdaptiveReranker.sample`), fitting it to the better
     one (`mmrag.rl.losses.gate_loss`): sampled, its skip probability collapsed on every kind before the ranking
-    had improved enough for skipping to pay on visual questions, and nothing drew it again.
-
-    The doubt term is what adaptive retrieval asks of a generator before retrieving ("how sure is my answer
-    without evidence?"): the question alone cannot tell a shape the eye reads wrong from one it reads right, its
-    doubt partly can (`VisualReader.read_with_doubt`). `attention` maps the question to one weight per attribute,
-    so "what colour" can learn to ignore a doubtful shape. Its weights, like the linear part's, start at zero, and
-    the bias at the logit of `skip_prior`.
+    had improved enough for skipping to pay on visual questions, and nothing drew it again. Its weights start at
+    zero and its bias at the logit of `skip_prior`.
     """
 
-    def __init__(self, in_features: int, skip_prior: float, attributes: int = 4):
+    def __init__(self, in_features: int, skip_prior: float):
         super().__init__()
         if not 0 < skip_prior < 1:
             raise ValueError(f"reranker.gate_skip_prior: expected a probability in (0, 1), got {skip_prior!r}")
         self.linear = zero_init_linear(in_features, 1)
-        self.attention = zero_init_linear(in_features, attributes)
         with torch.no_grad():
             self.linear.bias.fill_(math.log(skip_prior / (1 - skip_prior)))
 
-    def forward(self, inputs: torch.Tensor, doubt: torch.Tensor) -> torch.Tensor:
-        """inputs [B, F], doubt [B, attributes] -> skip logit [B]."""
-        return self.linear(inputs).squeeze(-1) + (self.attention(inputs) * doubt).sum(dim=-1)
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """inputs [B, F] -> skip logit [B]."""
+        return self.linear(inputs).squeeze(-1)
