@@ -203,7 +203,7 @@ def test_a_gap_unit_counts_every_gap_of_at_least_that_much_alike():
     assert gate_loss(logits, gaps, gap_unit=0.02).item() == pytest.approx(per_query.mean().item(), rel=1e-6)
     assert gate_loss(logits, gaps).item() == pytest.approx(  # the regret: two documents weigh 25 times less
         math.log(2) * (0.04 + 1.0 + 0.01) / 4, rel=1e-6)
-    assert gate_loss(logits, torch.tensor([1.1]), gap_unit=1.0).item() == pytest.approx(math.log(2), rel=1e-6)
+    assert gate_loss(torch.zeros(1), torch.tensor([1.1]), gap_unit=1.0).item() == pytest.approx(math.log(2), rel=1e-6)
     with pytest.raises(ValueError, match="gap_unit must be positive"):
         gate_loss(logits, gaps, gap_unit=0.0)
 
