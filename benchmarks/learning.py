@@ -17,6 +17,7 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   reranker-only           translator frozen
   shuffled                rewards permuted across the batch (control)
   gate                    local-reference with the retrieval gate (`reranker.gate`, its own learning rate 0.03)
+  gate-unit               gate, every gap between its arms of one document's price or more weighing alike
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
   async-lag4, async-lag8  distributed, max_policy_lag 4 / 8, off-policy correction on
   async-lagL-uncorrected  the same lag, correction off (paired with the corrected run by seed)
@@ -67,7 +68,9 @@ DISTRIBUTED = ["train.mode=distributed"]
 LOCAL = ["train.mode=local-reference"]
 LAGS = (4, 8)
 GATE_LR = 0.03
-"""The gated run's `reranker.gate_lr`: the fastest of the three probed on val (docs/LEARNING.md)."""
+"""The gated runs' `reranker.gate_lr`: the fastest of the three probed on val (docs/LEARNING.md)."""
+GATE_GAP_UNIT = 0.02
+"""`gate-unit`'s `train.gate_gap_unit`: the price of one document (`train.doc_cost`); 0.1 did the same on val."""
 
 
 def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -82,6 +85,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
         "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
         "gate": ([*LOCAL, "reranker.gate=true", f"reranker.gate_lr={GATE_LR}"], "reward backprop, retrieval gate"),
+        "gate-unit": ([*LOCAL, "reranker.gate=true", f"reranker.gate_lr={GATE_LR}",
+                       f"train.gate_gap_unit={GATE_GAP_UNIT}"], "gate, gaps >= one document's price alike"),
         "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
     }
     for lag in LAGS:
@@ -94,7 +99,7 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",
-                "shuffled", "gate", *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
+                "shuffled", "gate", "gate-unit", *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
 """What runs without --only ("aggregate" standing for the aggregate ablation of the config)."""
 BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "baseline: untrained pipeline",
                          "oracle": "baseline: gold evidence"}
