@@ -99,7 +99,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",
-                "shuffled", "gate", "gate-unit", *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
+                "shuffled", "gate", "gate-unit",
+                *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
 """What runs without --only ("aggregate" standing for the aggregate ablation of the config)."""
 BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "baseline: untrained pipeline",
                          "oracle": "baseline: gold evidence"}
