@@ -16,8 +16,8 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   translator-only         reranker frozen
   reranker-only           translator frozen
   shuffled                rewards permuted across the batch (control)
-  gate                    local-reference with the retrieval gate (`reranker.gate`, its own learning rate 0.03)
-  gate-unit               gate, every gap between its arms of one document's price or more weighing alike
+  no-gate                 local-reference without the retrieval gate (STOP alone decides how many to keep)
+  gate-regret             the gate's loss weighing each query by its regret (`train.gate_gap_unit` unset)
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
   async-lag4, async-lag8  distributed, max_policy_lag 4 / 8, off-policy correction on
   async-lagL-uncorrected  the same lag, correction off (paired with the corrected run by seed)
@@ -67,10 +67,6 @@ RESULTS_JSON = HERE / "results" / "learning.json"
 DISTRIBUTED = ["train.mode=distributed"]
 LOCAL = ["train.mode=local-reference"]
 LAGS = (4, 8)
-GATE_LR = 0.03
-"""The gated runs' `reranker.gate_lr`: the fastest of the three probed on val (docs/LEARNING.md)."""
-GATE_GAP_UNIT = 0.02
-"""`gate-unit`'s `train.gate_gap_unit`: the price of one document (`train.doc_cost`); 0.1 was less steady on val."""
 
 
 def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -84,9 +80,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         "translator-only": ([*LOCAL, "train.train_reranker=false"], "reranker frozen"),
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
         "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
-        "gate": ([*LOCAL, "reranker.gate=true", f"reranker.gate_lr={GATE_LR}"], "reward backprop, retrieval gate"),
-        "gate-unit": ([*LOCAL, "reranker.gate=true", f"reranker.gate_lr={GATE_LR}",
-                       f"train.gate_gap_unit={GATE_GAP_UNIT}"], "gate, gaps >= one document's price alike"),
+        "no-gate": ([*LOCAL, "reranker.gate=false"], "reward backprop, STOP alone"),
+        "gate-regret": ([*LOCAL, "train.gate_gap_unit=null"], "gate's loss weighed by the regret"),
         "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
     }
     for lag in LAGS:
@@ -99,7 +94,7 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",
-                "shuffled", "gate", "gate-unit",
+                "shuffled", "no-gate", "gate-regret",
                 *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
 """What runs without --only ("aggregate" standing for the aggregate ablation of the config)."""
 BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "baseline: untrained pipeline",
@@ -401,7 +396,8 @@ def main() -> None:
                         help="train.seed values (default: 0 1 2 3 4)")
     parser.add_argument("--run-seeds", action="append", default=[], metavar="RUN=S,S",
                         help="these seeds for this run instead of --seeds (repeatable)")
-    parser.add_argument("--steps", type=int, help="training steps per run (default: train.steps of the config)")
+    parser.add_argument("--steps", type=int, default=300,
+                        help="training steps per run (default: 300, past where the val curves level off)")
     parser.add_argument("--eval-every", type=int, default=25, help="val evaluation interval in steps (default: 25)")
     parser.add_argument("--val-questions", type=int,
                         help="val questions per evaluation, at even strides over the split (default: all)")
@@ -437,7 +433,6 @@ def main() -> None:
     args.run_seeds = run_seeds(args)
     args.out = args.out.resolve()
     args.portable_sets = [portable_assignment(assignment) for assignment in args.set]
-    args.steps = args.steps or cfg.train.steps
     val = question_entities(cfg.data.dir, "val")
     entity_of = question_entities(cfg.data.dir, "test")
     best_fixed = read_best_fixed(args.baselines_json, len(entity_of))

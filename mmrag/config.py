@@ -227,15 +227,18 @@ class RerankerConfig:
     documents, and a reranker that finds the pictured entity but not yet the asked relation's passage can keep
     all of them (val 0.82-0.84 against 0.80-0.83 at 5, 120 steps; at 3 against 5 before the word match: 0.555 /
     0.570 against 0.600 / 0.610; docs/LEARNING.md). The fixed pipelines read at most 5 (`K_CHOICES`)."""
-    gate: bool = False
+    gate: bool = True
     """A retrieval gate ahead of the ranking (`mmrag.models.reranker_head.RetrievalGate`): greedy keeps nothing
     where its skip probability exceeds 1/2, else the ranking's selection. Training takes both of its arms on every
     query (the empty selection and `num_samples` - 1 ranking draws) and fits it to the better one
-    (`mmrag.rl.losses.gate_loss`). Off by default: STOP alone decides how many documents to keep, also none."""
+    (`mmrag.rl.losses.gate_loss`). Off: STOP alone decides how many documents to keep, also none; on world v2
+    (300 steps, 5 seeds, test) visual questions then keep nothing on 45 % (26-73 % over seeds), against 100 % on
+    every seed with the gate, `gate_lr` 0.03 and `train.gate_gap_unit` 0.02, at the same reward (0.884 ± 0.008
+    against 0.881 ± 0.010; docs/LEARNING.md, "What steadies the gate")."""
     gate_skip_prior: OpenProbability = 0.15
     """`gate`: the untrained gate's probability of keeping nothing, whatever the question. Below 1/2, so an
     untrained reranker's greedy selection is the same with a gate as without."""
-    gate_lr: pydantic.PositiveFloat | None = None
+    gate_lr: pydantic.PositiveFloat | None = 0.03
     """`gate`: the gate's own learning rate; None: `lr`. On world v2 (one seed, val) its mean skip probability on
     visual / one-fact questions after 80 steps: 0.12 / 0.04 at `lr`, 0.25 / 0.02 at 0.03; after 150 steps at
     0.01, 0.44 / 0.04. Visual questions then kept nothing on up to 93 % of val at some evaluations
@@ -347,12 +350,14 @@ class TrainConfig:
     generator's context costs time. 0.02 on world v2: once the reranker keeps the pictured entity's passages,
     they no longer mislead a visual question, and only the price teaches it to keep none there (val: visual
     questions keep 0.2-0.6 documents after 200 steps, against 4.8 without; docs/LEARNING.md)."""
-    gate_gap_unit: pydantic.PositiveFloat | None = None
+    gate_gap_unit: pydantic.PositiveFloat | None = 0.02
     """With `reranker.gate`: a gap between the gate's arms' values of this much or more weighs fully in its loss, a
-    smaller one in proportion (`mmrag.rl.losses.gate_loss`); None weighs each query by its regret, the gap. On
-    world v2 (val, 2 seeds, 120 steps) 0.02 keeps nothing on 86-100 % of visual questions at every evaluation from
-    step 20 on, where the regret's fraction swings between evaluations, but skips up to 13 % of one-fact and 43 %
-    of two-fact questions too, at a lower val reward (docs/LEARNING.md, "What steadies the gate")."""
+    smaller one in proportion (`mmrag.rl.losses.gate_loss`); None weighs each query by its regret, the gap. 0.02,
+    one document's price (`doc_cost`): on world v2 (val, 2 seeds, 120 steps) it keeps nothing on 86-100 % of
+    visual questions at every evaluation from step 20 on, where the regret's fraction swings between evaluations
+    and the best-val export lands anywhere (test, 5 seeds, 300 steps: 79-100 % against 100 % on every seed). Early
+    on it skips some two-fact questions too, whose every ranking draw fails; that cost is gone by 300 steps
+    (docs/LEARNING.md, "What steadies the gate")."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""

@@ -57,7 +57,8 @@ def reranker(zoo_dir) -> AdaptiveReranker:
 
 
 def reranker_config() -> RerankerConfig:
-    return RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2, visual_reader="")
+    return RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, max_docs=2, visual_reader="",
+                          gate=False)
 
 
 def reranker_tree(version: int, behaviour_logprobs: tuple[float | None, float | None] = (None, None)) -> Node:
@@ -135,9 +136,10 @@ def test_a_gated_reranker_adds_its_gates_loss_on_the_two_arms_to_the_rankings(zo
     query.add(Node("gate", output="retrieve")).children.extend(draws)
     backprop_values(root)
     compute_advantages(root)
-    local = reranker_loss(gated, [root], TrainConfig(), TEMPERATURE, policy_version=3)
+    local = reranker_loss(gated, [root], TrainConfig(gate_gap_unit=None), TEMPERATURE, policy_version=3)
     # The ranking's two draws as without a gate, and the gate's one query: skipping (1.0) beat retrieving (0.5),
-    # so its loss is 0.5 * -log sigmoid(skip logit), the untrained logit being that of reranker.gate_skip_prior.
+    # so its loss, weighed by the regret, is 0.5 * -log sigmoid(skip logit), the untrained logit being that of
+    # reranker.gate_skip_prior.
     ranking = -(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2
     assert local.examples == 3
     assert local.loss.item() == pytest.approx((2 * ranking + 0.5 * -math.log(0.15)) / 3, abs=1e-5)

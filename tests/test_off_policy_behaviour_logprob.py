@@ -36,7 +36,7 @@ def trained_reranker(zoo_dir) -> AdaptiveReranker:
     """The default head with every trainable weight moved off its (partly zero) initial value; no visual reader,
     whose sight prior through the random tiny CLIP would make one selection of the test's rows near-certain."""
     torch.manual_seed(0)
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", visual_reader="")
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", visual_reader="", gate=False)
     reranker = AdaptiveReranker.from_config(cfg, zoo_dir)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():

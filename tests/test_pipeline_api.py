@@ -110,7 +110,8 @@ def test_loading_an_export_takes_the_reranker_it_was_trained_as(tiny_export, syn
     with torch.no_grad():
         gated.gate.linear.bias.fill_(5.0)  # skips every question
     export = save_export(tmp_path / "export", pipeline.translator, gated, 4, gated_cfg)
-    loaded = LocalPipeline.from_config(cfg, checkpoint=str(export))  # a config without the gate
+    ungated_cfg = dataclasses.replace(cfg, reranker=dataclasses.replace(cfg.reranker, gate=False))
+    loaded = LocalPipeline.from_config(ungated_cfg, checkpoint=str(export))
     assert loaded.reranker.gate is not None and loaded.cfg.reranker.max_docs == 3
     assert loaded.reranker.gate.linear.bias.item() == 5.0
     assert [row["selected"] for row in greedy_batch(loaded, load_questions(synth_dir, "test")[:2])] == [[], []]

@@ -38,7 +38,7 @@ HITS = [[Hit(f"d{row}{j}", "", c.text, None if c.image is None else encode_image
 
 def make_reranker(zoo_dir: str, **fields) -> AdaptiveReranker:
     torch.manual_seed(0)  # the heads' hidden layers and LoRA's A matrices start random
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, **fields)
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, **{"gate": False, **fields})
     return AdaptiveReranker.from_config(cfg, zoo_dir)
 
 
@@ -355,8 +355,9 @@ def test_actor_samples_with_the_weights_each_call_names(ray_session, zoo_dir, fr
     from actors.policy import PolicyWeights
     from actors.reranker import RerankerActor
 
-    # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents).
-    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, visual_reader="", max_docs=3)
+    # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents, no gate).
+    cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, visual_reader="", max_docs=3,
+                         gate=False)
     actor = ray_session.remote(RerankerActor).remote(cfg, zoo_dir)
     table, rows = QuestionTable(IMAGES, QUESTIONS, [[], []]), [0, 1]
     initial = PolicyWeights(0, ())
