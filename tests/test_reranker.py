@@ -355,7 +355,8 @@ def test_actor_samples_with_the_weights_each_call_names(ray_session, zoo_dir, fr
     from actors.policy import PolicyWeights
     from actors.reranker import RerankerActor
 
-    # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents, no gate).
+    # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents,
+    # no gate).
     cfg = RerankerConfig(backbone_pretrained="zoo:tiny-clip-init", hidden_dim=32, visual_reader="", max_docs=3,
                          gate=False)
     actor = ray_session.remote(RerankerActor).remote(cfg, zoo_dir)
