@@ -70,7 +70,7 @@ MODELS: dict[str, ZooModel] = {
                  needs=("tiny-lvlm-captioner",)),
         ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
                  "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)",
-                 revision=2),
+                 revision=3),
     )
 }
 

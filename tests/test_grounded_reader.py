@@ -91,12 +91,13 @@ def test_every_kb_paraphrase_parses_back_and_every_question_has_a_demand():
 def test_the_eye_reads_every_attribute_of_held_out_world_v2_pictures(zoo_dir):
     # Held-out near-duplicate families, each view augmented as a question's is. Fitted on a family world of its
     # own, the reader got shape right 0.52 of the time (it read shape off colour and background), which made
-    # retrieval look useful on visual questions; fitted on independently drawn things it reads ~0.95.
+    # retrieval look useful on visual questions; fitted on one view of each of 6000 independently drawn things it
+    # read ~0.95, mistaking hexagons for circles; on four views each it reads ~0.99.
     entities = draw_entities_v2(40, random.Random(123))
     view_rng = np.random.default_rng(123)
     views = [(entity, render_entity(entity, 64, view_rng)) for entity in entities for _ in range(3)]
     readings = load_visual_reader(resolve("zoo:visual-reader", zoo_dir)).read([image for _, image in views])
     accuracy = {a: np.mean([reading[a] == getattr(entity, a) for (entity, _), reading in zip(views, readings)])
                 for a in ("colour", "shape", "texture", "background")}
-    assert accuracy["shape"] >= 0.85, accuracy
+    assert accuracy["shape"] >= 0.97, accuracy
     assert min(accuracy[a] for a in ("colour", "texture", "background")) >= 0.97, accuracy
