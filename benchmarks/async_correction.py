@@ -122,7 +122,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
     return (
         f"## Off-policy correction under asynchronous training ({datetime.date.today()})\n\n{partial}"
         f"Machine: {machine()}, load average {load[0]:.1f} / {load[1]:.1f} / "
-        f"{load[2]:.1f} over 1 / 5 / 15 min at the end (other jobs on the machine included); {args.jobs} job at a "
+        f"{load[2]:.1f} over 1 / 5 / 15 min at the end (other jobs on the machine included); {args.jobs} job(s) at a "
         f"time, one torch thread. Config "
         f"{config_in_words(args.config, args.set)}; {args.steps} steps of {args.questions_per_step} questions, "
         f"importance cap {args.cap}; seeds per run: {'; '.join(f'{run} {s}' for run, s in seeds.items())}. "
