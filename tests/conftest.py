@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from mmrag.model_refs import MODELS, is_current, read_manifest
+from mmrag.model_refs import MODELS
 from mmrag.zoo.parallel_build import build_models
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,92 +28,21 @@ if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.enviro
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token_file)
 
 
-ZOO_FIXTURES = {"zoo_dir", "tiny_index", "tiny_config", "tiny_export", "distributed_sync_run"}
-"""The fixtures that need the built zoo (each depends on `zoo_dir`)."""
-
-_background_zoo_build: subprocess.Popen | None = None
-_zoo_build_times: dict[str, float] = {}
-"""`started`, `waited_from` and `done` (time.monotonic()) of the background build, for the session's summary."""
-
-
-def zoo_cache() -> Path:
-    return Path(os.environ.get("MMRAG_ZOO_CACHE", "~/.cache/mmrag/zoo")).expanduser()
-
-
-def zoo_models_missing(cache: Path) -> list[str]:
-    """The zoo models with no current build in `cache`."""
-    return [name for name, model in MODELS.items()
-            if not is_current(model, read_manifest(cache / name) or {})]
-
-
-def _needs_zoo(item) -> bool:
-    return bool(ZOO_FIXTURES & set(getattr(item, "fixturenames", ())))
-
-
-def _needs_ray(item) -> bool:
-    return "ray_session" in getattr(item, "fixturenames", ())
-
-
 def pytest_collection_modifyitems(items):
-    """A test that starts Ray (through `ray_session`) is slow: the quick tier, `-m "not slow"`, is Ray-free.
-
-    The tests that need neither the zoo nor Ray run first (in their order), so that on a machine without the
-    zoo they run while it builds in the background (`pytest_collection_finish`); the rest keep their order.
-    """
+    """A test that starts Ray (through `ray_session`) is slow: the quick tier, `-m "not slow"`, is Ray-free."""
     for item in items:
-        if _needs_ray(item):
+        if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: _needs_zoo(item) or _needs_ray(item))
-
-
-def pytest_collection_finish(session):
-    """Start `mmrag zoo` in the background when a selected test needs a zoo model that is not built yet.
-
-    On a fresh machine the zoo takes minutes to build; the tests that need neither it nor Ray, run first,
-    take their turns on the cores meanwhile instead of after it.
-    """
-    global _background_zoo_build
-    cache = zoo_cache()
-    if (session.config.option.collectonly or not any(_needs_zoo(item) for item in session.items)
-            or not zoo_models_missing(cache)):
-        return
-    log = Path(tempfile.mkdtemp(prefix="mmrag-zoo-build-")) / "zoo.log"
-    _zoo_build_times["started"] = time.monotonic()
-    with log.open("w") as output:
-        _background_zoo_build = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.zoo", "--set", f"zoo.cache_dir={cache}"],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def pytest_sessionfinish(session):
-    """A session that ends before the background zoo build (Ctrl-C, `-x`) stops it and its workers: a model
-    enters the cache by an atomic rename once complete, so nothing half-built stays."""
-    if _background_zoo_build is not None and _background_zoo_build.poll() is None:
-        os.killpg(_background_zoo_build.pid, signal.SIGTERM)
-        _background_zoo_build.wait()
-
-
-def pytest_terminal_summary(terminalreporter):
-    """How long the background zoo build took, and how much of it the tests that need the zoo waited for."""
-    if "done" in _zoo_build_times:
-        times = _zoo_build_times
-        terminalreporter.write_line(f"zoo built in the background in {times['done'] - times['started']:.0f} s; "
-                                    f"the tests that need it waited {times['done'] - times['waited_from']:.0f} s")
 
 
 @pytest.fixture(scope="session")
 def zoo_dir() -> str:
     """The zoo cache shared by every test (and by `mmrag` itself), with every model built (once, then reused).
 
-    Waits for the background build, then makes sure of every model here (a build that failed in the background
-    fails this fixture with its error). So the zoo is complete before any test that needs it starts an actor,
-    and no actor's start-up timeout includes a build.
+    Built here, before any test starts an actor, so no actor's start-up timeout includes a zoo build; its
+    independent chains of fits in parallel processes (2.0x faster on 2 cores: benchmarks/zoo_build.py).
     """
-    path = zoo_cache()
-    if _background_zoo_build is not None:
-        _zoo_build_times["waited_from"] = time.monotonic()
-        _background_zoo_build.wait()
-        _zoo_build_times["done"] = time.monotonic()
+    path = Path(os.environ.get("MMRAG_ZOO_CACHE", "~/.cache/mmrag/zoo")).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     build_models(list(MODELS), str(path))
     return str(path)

@@ -163,7 +163,6 @@ def test_untrained_sampling_keeps_about_two_documents(frozen):
     assert Counter(s[0] for s in selections[0] if s).most_common(1)[0][0] == 1
 
 
-@pytest.mark.usefixtures("zoo_dir")  # the reranker fixtures it asks for by name build on it
 @pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_selection_probabilities_sum_to_one(request, name):
     reranker = request.getfixturevalue(name)
@@ -302,7 +301,6 @@ def test_lora_trains_only_text_tower_adapters_and_head(lora):
     assert sum(g.abs().sum().item() for g in adapter_grads) > 0
 
 
-@pytest.mark.usefixtures("zoo_dir")  # the reranker fixtures it asks for by name build on it
 @pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_trainable_modules_own_every_trainable_weight_and_nothing_frozen(request, name):
     reranker = request.getfixturevalue(name)
@@ -312,7 +310,6 @@ def test_trainable_modules_own_every_trainable_weight_and_nothing_frozen(request
     assert len(owned) == len(trainable)  # no weight owned twice
 
 
-@pytest.mark.usefixtures("zoo_dir")  # the reranker fixtures it asks for by name build on it
 @pytest.mark.parametrize("name", ["frozen", "lora", "gated"])
 def test_sgd_step_follows_the_sign_of_the_advantage(request, name):
     reranker = request.getfixturevalue(name)
