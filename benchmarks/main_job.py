@@ -67,8 +67,8 @@ def measure(commands: list[list[str]]) -> dict:
         env = {**os.environ, "HOME": home}
         steps = [run_command(mmrag, args, Path(work), env) for args in commands]
         zoo = Path(home) / ".cache" / "mmrag" / "zoo"
-        build_seconds = {name: read_manifest(zoo / name)["build_seconds"] for name in MODELS
-                         if read_manifest(zoo / name) is not None}
+        build_seconds = {name: manifest["build_seconds"] for name in MODELS
+                         if (manifest := read_manifest(zoo / name)) is not None}
     held_out = held_out_table(steps[-1]["stdout"]) if commands[-1][0] == "train" else None
     for step in steps:
         del step["stdout"]
