@@ -70,8 +70,9 @@ from mmrag.config import Config, load_config
 from mmrag.data.dataset import Question
 from mmrag.data.synth import make_world
 from mmrag.model_refs import resolve
-from mmrag.models.generator import LVLMGenerator, build_generator
+from mmrag.models.generator import build_generator
 from mmrag.models.lvlm import TORCH_DTYPES, chat_inputs, load_processor
+from mmrag.models.lvlm_generator import LVLMGenerator
 from mmrag.models.translator import QueryTranslator
 from mmrag.rl.losses import dpo_loss
 from mmrag.zoo.tiny_lvlm import (TINY_LVLM_IMAGE_SIZE, TINY_TEXT, TINY_VISION, build_model_config,

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from mmrag.config import GeneratorConfig
-from mmrag.models.generator import ExtractiveGenerator, LVLMGenerator, build_generator, format_evidence
+from mmrag.models.generator import ExtractiveGenerator, build_generator
+from mmrag.models.lvlm_generator import LVLMGenerator, format_evidence
 from mmrag.training.stages import QuestionTable
 
 

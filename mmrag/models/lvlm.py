@@ -26,6 +26,7 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, BatchFeature, GenerationConfig
 
 from mmrag.model_refs import resolve
+from mmrag.models.batches import check_batch_lengths
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -73,13 +74,6 @@ def fill_prompt(template: str, field_name: str, **values: str) -> str:
     if missing:
         raise ValueError(f"{field_name}: template {template!r} lacks the placeholder {{{missing[0]}}}")
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
-
-
-def check_batch_lengths(**columns: list | None) -> None:
-    """Raise naming each column's length when the columns of one batch differ in length."""
-    sizes = {name: len(col) for name, col in columns.items() if col is not None}
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"batch columns differ in length: {sizes}")
 
 
 def _prompt_texts(processor, images: list[Image.Image | None], prompts: list[str]) -> list[str]:

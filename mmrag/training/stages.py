@@ -17,15 +17,19 @@ non-blocking submission the streaming rollout uses).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from PIL import Image
 
 from mmrag.data.dataset import ImageSource, Question, resolve_image
-from mmrag.models.translator import QuerySample
 from mmrag.retrieval.hit import Hit
-from mmrag.rl.plackett_luce import Selection
-from mmrag.training.learner import Weights
+
+if TYPE_CHECKING:
+    # Named in annotations only: every actor imports this module for its messages, and these bring torch,
+    # transformers and open_clip, which a reward or retrieval actor never loads.
+    from mmrag.models.translator import QuerySample
+    from mmrag.rl.plackett_luce import Selection
+    from mmrag.training.learner import Weights
 
 
 @dataclass
