@@ -12,13 +12,13 @@ from __future__ import annotations
 import ast
 import graphlib
 import io
-import subprocess
-import sys
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchmarks.actor_imports import import_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("mmrag", "actors", "pipelines", "cluster", "benchmarks")
@@ -198,18 +198,6 @@ def test_late_imports_are_only_heavy_optional_dependencies_with_a_reason(checked
     assert not unexplained, f"late imports without a comment (on or above the line) saying why: {unexplained}"
 
 
-MODEL_LIBRARIES = ("torch", "torchvision", "transformers", "open_clip", "timm", "deepspeed")
-
-
-def libraries_imported_by(module: str) -> set[str]:
-    """The model libraries a fresh interpreter has loaded once it imported `module` (as a Ray worker does when it
-    is handed an actor class of that module)."""
-    probe = (f"import sys, {module}; "
-             f"print(' '.join(m for m in {MODEL_LIBRARIES!r} if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
-    return set(done.stdout.split())
-
-
 @pytest.mark.parametrize("module, allowed", [
     ("actors.reward", set()),
     ("actors.retrieval", set()),
@@ -219,4 +207,4 @@ def test_an_actor_imports_only_the_model_libraries_its_default_backends_run(modu
     """Every actor process imports its class's module before it starts; torch, torchvision, transformers and
     open_clip cost seconds of CPU each, times every actor of every run (the rule reward, the shards and the
     readers run none of transformers or open_clip)."""
-    assert libraries_imported_by(module) <= allowed
+    assert set(import_cost(module, ROOT)["libraries"]) <= allowed
