@@ -15,6 +15,7 @@ and OUT/metrics.json and prints the comparison table.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -90,6 +91,9 @@ def _predict_ray(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
     cfg = predictor_args["cfg"]
     connect(cfg.ray.address, cfg.ray.num_cpus)
     ray.data.DataContext.get_current().enable_progress_bars = not args.no_progress
+    # A split is one Parquet file: one process reads its footer, where Ray Data would start 32 (one per footer
+    # reader of its pool, each a worker importing Ray Data and pyarrow). An explicit setting is kept.
+    os.environ.setdefault("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
     dataset = ray.data.read_parquet(str(questions_path(cfg.data.dir, args.split)))
     if args.limit is not None:
         dataset = dataset.limit(args.limit)

@@ -13,14 +13,15 @@ from mmrag.data.dataset import load_questions
 from mmrag.evaluation.settings import SETTINGS
 from pipelines.cli import main
 
-pytestmark = pytest.mark.slow  # trains a distributed run on Ray, then evaluates it
+pytestmark = pytest.mark.slow  # evaluates on Ray Data
 
 COMPARED = ("setting", "id", "query", "answer", "selected", "reward")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, synth_dir, zoo_dir) -> dict:
-    """Index the shared 24-entity set with random tiny models and train one step."""
+    """Index the shared 24-entity set with random tiny models and train one step, in this process: what eval and
+    report need is an export (distributed training has its own tests)."""
     root = tmp_path_factory.mktemp("eval_run")
     # World v1 (the shared dataset's) and its extractive reader: the settings' figures below are that reader's.
     flags = ["--config", "local-v1", "--set", f"data.dir={synth_dir}", "--set", f"index.dir={root / 'index'}", "--set",
@@ -28,8 +29,8 @@ def run(tmp_path_factory, synth_dir, zoo_dir) -> dict:
              "reranker.backbone_pretrained=zoo:tiny-clip-init", "--set", "translator.model=zoo:tiny-lvlm",
              "--set", "translator.max_new_tokens=6"]
     assert main(["index", "--local", *flags]) == 0
-    assert main(["train", *flags, "--set", f"train.run_dir={root / 'run'}", "--set", "train.steps=1",
-                 "--set", "train.questions_per_step=2", "--set", "translator.num_samples=2", "--set",
+    assert main(["train", *flags, "--mode", "local-reference", "--set", f"train.run_dir={root / 'run'}", "--set",
+                 "train.steps=1", "--set", "train.questions_per_step=2", "--set", "translator.num_samples=2", "--set",
                  "reranker.num_samples=2", "--set", "train.eval_questions=2", "--no-progress"]) == 0
     return {"flags": flags, "run_dir": root / "run", "export": str(root / "run" / "export"), "root": root}
 
@@ -60,7 +61,15 @@ def test_local_eval_compares_the_four_settings(local_eval, synth_dir):
         assert metrics["settings"][setting]["docs_kept_mean"] <= 3  # reranker.max_docs
 
 
+def footer_readers() -> int:
+    """The footer-reading actors (Ray Data's Parquet listing) the session's Ray has started so far."""
+    from ray._private import state  # the public state API needs the dashboard, which the suite's Ray runs without
+
+    return sum(actor["ActorClassName"] == "FooterReader" for actor in state.actors().values())
+
+
 def test_ray_data_eval_matches_local(run, local_eval, ray_session, tmp_path, capsys):
+    readers_before = footer_readers()
     assert main(["eval", *run["flags"], "--checkpoint", run["export"], "--settings", "trained,oracle",
                  "--limit", "2", "--batch-size", "1", "--out", str(tmp_path), "--no-progress"]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("metric"))
@@ -73,6 +82,7 @@ def test_ray_data_eval_matches_local(run, local_eval, ray_session, tmp_path, cap
         return sorted(tuple(json.dumps(r[k]) for k in COMPARED) for r in compared)
 
     assert len(on_ray) == 4 and len(ids) == 2 and key(on_ray) == key(local_eval["records"])
+    assert footer_readers() - readers_before == 1, "one questions file: one footer reader, not a pool of 32"
 
 
 def test_report_draws_plots_and_lists_examples(run, synth_dir, tmp_path):
