@@ -77,12 +77,15 @@ def test_two_ranks_checkpoint_to_s3_and_a_run_resumed_on_fresh_disks_ends_where_
     assert latest_checkpoint(uri) == storage.join(uri, "checkpoints", "step_000004")
     assert summary["trained_rollouts"] == [1, 2, 3, 4], "the resumed run trained rollouts 3 and 4 after 1 and 2"
     assert summary["ledger"]["trained"] == summary["ledger"]["started"] == 4
+    assert summary["ledger"]["abandoned_attempts"] == 0, "a synchronous run has nothing queued at a checkpoint"
     downloaded = tmp_path / "downloaded"
     storage.download(storage.join(uri, "export"), downloaded / "export")
     storage.mirror_down(uri, downloaded, ("metrics.jsonl",))
     resumed, uninterrupted = (step_records(d) for d in (downloaded, distributed_sync_run))
     assert [r["step"] for r in resumed] == [1, 2, 3, 4], "the first run's metrics came back from S3"
     assert [r["reward_mean"] for r in resumed] == [r["reward_mean"] for r in uninterrupted]
+    for a, b in zip(resumed, uninterrupted):
+        assert a["reranker"]["loss"] == pytest.approx(b["reranker"]["loss"], abs=1e-5)
     assert_same_exported_weights(downloaded, distributed_sync_run)
 
 
