@@ -174,6 +174,36 @@ def test_a_batch_where_only_the_gate_has_signal_takes_the_gates_loss_alone(zoo_d
                                          "gate_skip_wins": 0.0})
 
 
+def gate_only_tree(reward: float) -> Node:
+    """One query whose every leaf earns `reward`: the empty selection under skip, two one-document draws (each at
+    a document's price, 0.02) under retrieve."""
+    root = reranker_tree(version=1)
+    query = root.children[0]
+    query.children = []
+    query.add(Node("gate", output="skip")).add(Node("reranker", output=(), policy_version=1, reward=reward))
+    retrieve = query.add(Node("gate", output="retrieve"))
+    for selection in [(0,), (1,)]:
+        retrieve.add(Node("reranker", output=selection, logprob=-1.0, policy_version=1, reward=reward, cost=0.02))
+    backprop_values(root)
+    compute_advantages(root)
+    return root
+
+
+def test_a_query_no_leaf_answers_teaches_the_gate_to_skip_only_while_misses_count(zoo_dir):
+    """Both arms failing differ by the documents' price alone; both answering do too, and there keeping none is
+    right (a visual question), so only the misses are left out."""
+    torch.manual_seed(0)
+    gated = AdaptiveReranker.from_config(dataclasses.replace(reranker_config(), gate=True), zoo_dir)
+    missed, answered = gate_only_tree(0.0), gate_only_tree(1.0)
+    counted = reranker_loss(gated, [missed], TrainConfig(), TEMPERATURE, policy_version=1)
+    assert counted.examples == 1 and counted.stats["gate_skip_wins"] == 1.0
+    assert counted.loss.item() == pytest.approx(-math.log(0.15), abs=1e-5)  # a price of one unit weighs fully
+    left_out = TrainConfig(gate_learns_from_misses=False)
+    assert reranker_loss(gated, [missed], left_out, TEMPERATURE, policy_version=1).examples == 0
+    kept = reranker_loss(gated, [answered], left_out, TEMPERATURE, policy_version=1)
+    assert kept.examples == 1 and kept.stats["gate_skip_wins"] == 1.0
+
+
 @pytest.fixture(scope="module")
 def tiny_lvlm_path(zoo_dir) -> str:
     from mmrag.zoo import resolve

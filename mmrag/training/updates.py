@@ -42,7 +42,7 @@ from mmrag.models.translator import QueryTranslator
 from mmrag.rl.losses import (dpo_loss, gate_loss, gate_value_gap, pairwise_preference_loss, pl_policy_loss,
                              preference_stats, ranking_draws, reference_free_dpo_loss, reranker_preference_pairs,
                              translator_preference_pairs, truncated_importance_weights)
-from mmrag.rl.rollout import Node, nodes_at
+from mmrag.rl.rollout import Node, leaves, nodes_at
 
 
 @dataclass
@@ -96,8 +96,8 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
     """(question, translator node, examples, gate gap) where the query's selections carry signal.
 
     Examples are the ranking's draws with a non-zero advantage (`pl_policy`) or preference pairs among them
-    (`pairwise`); the gate gap is V(skip) - V(retrieve) with a retrieval gate (None without one, or when the
-    arms tie: no signal for the gate).
+    (`pairwise`); the gate gap is V(skip) - V(retrieve) with a retrieval gate (None without one, when the arms
+    tie, or when no leaf earns reward and `gate_learns_from_misses` is off: no signal for the gate).
     """
     rows = []
     for root in roots:
@@ -107,6 +107,8 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
             else:
                 examples = reranker_preference_pairs(t_node, cfg.pair_margin)
             gap = gate_value_gap(t_node) or None
+            if not cfg.gate_learns_from_misses and not any(leaf.reward for leaf in leaves(t_node)):
+                gap = None
             if examples or gap is not None:
                 rows.append((root.payload["question"], t_node, examples, gap))
     return rows
