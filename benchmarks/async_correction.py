@@ -181,9 +181,7 @@ def main() -> None:
     args.test_limit = None
     args.out = args.out.resolve()
     args.questions_per_step, args.cap = cfg.train.questions_per_step, cfg.train.importance_ratio_cap
-    val = learning.question_entities(cfg.data.dir, "val")
-    entity_of = learning.question_entities(cfg.data.dir, "test")
-    learning.read_best_fixed(args.baselines_json, len(entity_of))
+    val, entity_of, _ = learning.held_out_splits(cfg.data.dir, args.baselines_json)
     args.val_count = len(held_out_sample(list(val), args.val_questions or len(val)))
     baseline_job, jobs = learning.plan(args, args.val_count)
     started = time.perf_counter()

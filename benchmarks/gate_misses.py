@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from benchmarks import learning
-from benchmarks.learning_report import Paired, mean_curves, paired_difference, plot_curves
+from benchmarks.learning_report import Paired, Spread, mean_curves, paired_difference, plot_curves
 from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
 from mmrag.config import ConfigError, load_config
 from mmrag.presets import resolve_config
@@ -64,11 +64,6 @@ def gate_record(arm: str, record: dict, directory: Path) -> dict:
     }
 
 
-def _mean_std(values: list[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
-
-
 def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Paired], unfinished: list[str]) -> str:
     counts = sorted({(r["questions"], r["entities"]) for r in records})
     arm_rows = []
@@ -76,10 +71,10 @@ def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Pair
         rows = [r for r in records if r["run"] == arm]
         if not rows:
             continue
-        arm_rows.append([arm, str(len(rows)), _mean_std([r["trained"] for r in rows]),
-                         *(_mean_std([r[f"{kind} reward"] for r in rows]) for kind in KINDS),
+        arm_rows.append([arm, str(len(rows)), str(Spread.of([r["trained"] for r in rows])),
+                         *(str(Spread.of([r[f"{kind} reward"] for r in rows])) for kind in KINDS),
                          f"{statistics.fmean(r['by_kind']['visual']['docs_zero_fraction'] for r in rows):.2f}",
-                         _mean_std([r["val_final"] for r in rows]), _mean_std([r["val_min"] for r in rows]),
+                         str(Spread.of([r["val_final"] for r in rows])), str(Spread.of([r["val_min"] for r in rows])),
                          *(f"{statistics.fmean(r['val_kept_none_max'][kind] for r in rows):.2f}"
                            for kind in FACT_KINDS)])
     paired_rows = [[figure, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)] for figure, p in paired.items()]
@@ -137,9 +132,7 @@ def main() -> None:
         sys.exit(f"gate_misses: --run {args.run!r}: expected one of {', '.join(base)}")
     name = args.run.replace("-", "_")
     args.plot, json_path = HERE / f"gate_misses_{name}.png", HERE / "results" / f"gate_misses_{name}.json"
-    val = learning.question_entities(cfg.data.dir, "val")
-    entity_of = learning.question_entities(cfg.data.dir, "test")
-    learning.read_best_fixed(args.baselines_json, len(entity_of))
+    val, entity_of, _ = learning.held_out_splits(cfg.data.dir, args.baselines_json)
     args.val_count = len(held_out_sample(list(val), args.val_questions))
     plans = {arm: arm_plan(args, arm, out, base[args.run])
              for arm, out in zip(ARMS, (args.counted_out, args.ignored_out))}

@@ -299,6 +299,13 @@ def read_best_fixed(path: Path, test_questions: int) -> dict:
     return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"], "by_kind": by_kind}
 
 
+def held_out_splits(data_dir: str, baselines_json: Path) -> tuple[dict[str, str], dict[str, str], dict]:
+    """(val question id -> entity, test question id -> entity, the val-chosen best fixed pipeline on that data)."""
+    val = question_entities(data_dir, "val")
+    entity_of = question_entities(data_dir, "test")
+    return val, entity_of, read_best_fixed(baselines_json, len(entity_of))
+
+
 def question_entities(data_dir: str, split: str) -> dict[str, str]:
     path = Path(data_dir) / questions_file(split)
     if not path.is_file():
@@ -433,9 +440,7 @@ def main() -> None:
     args.run_seeds = run_seeds(args)
     args.out = args.out.resolve()
     args.portable_sets = [portable_assignment(assignment) for assignment in args.set]
-    val = question_entities(cfg.data.dir, "val")
-    entity_of = question_entities(cfg.data.dir, "test")
-    best_fixed = read_best_fixed(args.baselines_json, len(entity_of))
+    val, entity_of, best_fixed = held_out_splits(cfg.data.dir, args.baselines_json)
     held_out = held_out_sample(list(val), args.val_questions or len(val))
     baseline_job, run_jobs_ = plan(args, len(held_out))
     started = time.perf_counter()
