@@ -1,9 +1,12 @@
-"""What several test files share: comparing training runs, driving a pool call (imported as `helpers`: pytest puts
-tests/ on the path)."""
+"""What several test files share: comparing training runs, running independent ones at once, driving a pool call
+(imported as `helpers`: pytest puts tests/ on the path)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -18,6 +21,18 @@ def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Pa
     assert expected.keys() == actual.keys()
     for name, tensor in expected.items():
         torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def run_in_processes(function: Callable, *calls: tuple) -> list:
+    """`function(*arguments)` for each tuple of `calls`, each in a spawned process of one torch thread, all at once;
+    the results in order. For independent in-process runs that would otherwise leave all cores but one idle.
+
+    `function` must be importable (a test module's top-level function is: spawned processes get the parent's path).
+    """
+    context = multiprocessing.get_context("spawn")  # a fork of a process that already ran torch can deadlock
+    with ProcessPoolExecutor(len(calls), mp_context=context, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        futures = [pool.submit(function, *arguments) for arguments in calls]
+        return [future.result() for future in futures]
 
 
 def drive_until_settled(pool, call) -> None:

@@ -194,8 +194,11 @@ class _PrivateRayHead:
                    "--dashboard-host", "127.0.0.1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats",
                    "--system-config", system_config_flag()]
         command += [arg for flag, port in self.ports.items() for arg in (f"--{flag}", str(port))]
+        # On SIGTERM, Ray 2.60's `ray start --block` first drains its node for up to 30 s (so Serve proxies can
+        # finish their requests); this head is stopped after its job has ended, with nothing left to drain.
+        head_env = dict(self.env, RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")
         with open(Path(self.temp_dir) / "head.log", "w") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(command, env=head_env, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         self.dashboard = f"http://127.0.0.1:{self.ports['dashboard-port']}"
 

@@ -11,6 +11,7 @@ gain less: the signal comes from the rewards, not from training as such.
 from pathlib import Path
 
 import pytest
+from helpers import run_in_processes
 
 from mmrag.config import load_config
 from mmrag.training.local import train_local
@@ -44,8 +45,7 @@ def run(local_task, name: str, *extra: str) -> dict:
 
 
 def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
-    real = run(local_task, "real")
-    shuffled = run(local_task, "shuffled", "train.shuffle_rewards=true")
+    real, shuffled = run_in_processes(run, (local_task, "real"), (local_task, "shuffled", "train.shuffle_rewards=true"))
     assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
     gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
     control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]
