@@ -20,7 +20,6 @@ from actors.serving.stage_path import StageCall, StagePath
 from actors.serving.stage_group import run_group
 from mmrag.config import Config
 from mmrag.serving.api import ApiSettings, answer_api
-from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import StageState
 
 
@@ -32,6 +31,8 @@ class AnswerIngress:
         serving = cfg.serving
         calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
         if serving.first_group_in_ingress:
+            from mmrag.serving.greedy_stages import GreedyStages  # in the replica, as the stage groups' (stage_group.py)
+
             self.first_group = GreedyStages.from_config(cfg, checkpoint, groups[0], replica_device())
             configure_batching(self.run_first_group, serving)
             calls[0] = StageCall(groups[0], local=self.run_first_group)

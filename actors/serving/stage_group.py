@@ -12,6 +12,7 @@ once per request and group.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from ray import serve
 
@@ -19,13 +20,18 @@ from actors.serving import configure_batching, replica_device
 from actors.serving.stage_path import resolved_image
 from mmrag.config import Config
 from mmrag.data.dataset import decode_image
-from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import StageState
+
+if TYPE_CHECKING:
+    from mmrag.serving.greedy_stages import GreedyStages
 
 
 @serve.deployment
 class StageGroupDeployment:
     def __init__(self, cfg: Config, checkpoint: str, stages: list[str]):
+        # The model stack is imported here, in the replica: the driver that builds the application never runs a model.
+        from mmrag.serving.greedy_stages import GreedyStages
+
         self.group = GreedyStages.from_config(cfg, checkpoint, stages, replica_device())
         configure_batching(self.run, cfg.serving)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from mmrag.config import Config
 from mmrag.retrieval.manifest import Manifest
-from mmrag.training.export import export_meta
+from mmrag.training.export_meta import export_meta
 
 
 def checkpoint_version(checkpoint: str | Path) -> int:

@@ -26,7 +26,7 @@ from mmrag.config import Config, config_from_dict, config_to_dict, load_config
 from mmrag.data.dataset import decode_image
 from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import STAGES, StageState
-from mmrag.training.export import export_meta
+from mmrag.training.export_meta import export_meta
 
 ImageInput = Union[Image.Image, bytes, str, os.PathLike]
 """A PIL image, encoded image bytes (PNG, JPEG, ...), or the path of an image file."""

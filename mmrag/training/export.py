@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from mmrag.atomic import atomic_directory
 from mmrag.config import Config, config_to_dict
+from mmrag.training.export_meta import export_meta
 
 RERANKER_DIR = "reranker"
 RERANKER_WEIGHTS = "model.safetensors"
@@ -54,14 +55,6 @@ def _with_absolute_paths(cfg: Config) -> Config:
     return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dir=absolute(cfg.data.dir)),
                                index=dataclasses.replace(cfg.index, dir=absolute(cfg.index.dir)),
                                zoo=dataclasses.replace(cfg.zoo, cache_dir=absolute(cfg.zoo.cache_dir)))
-
-
-def export_meta(export_dir: str | Path) -> dict:
-    """export.json of an export (FileNotFoundError naming the file if it is not one)."""
-    meta_path = Path(export_dir) / "export.json"
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"{meta_path}: not an exported checkpoint (expected RUN_DIR/export from `mmrag train`)")
-    return json.loads(meta_path.read_text())
 
 
 def with_exported_translator(cfg: Config, export_dir: str | Path) -> Config:
