@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -23,7 +25,9 @@ torch.set_num_threads(1)
 # Ray 2.60 turns token authentication on and, without a token, writes one to ~/.ray/auth_token.
 # The suite makes its own, so that nothing depends on (or lands in) the home directory.
 if "RAY_AUTH_TOKEN" not in os.environ and "RAY_AUTH_TOKEN_PATH" not in os.environ:
-    _token_file = Path(tempfile.mkdtemp(prefix="mmrag-ray-token-")) / "auth_token"
+    _token_dir = tempfile.mkdtemp(prefix="mmrag-ray-token-")
+    atexit.register(shutil.rmtree, _token_dir, ignore_errors=True)  # every Ray of the session has stopped by then
+    _token_file = Path(_token_dir) / "auth_token"
     _token_file.write_text(secrets.token_hex(32))
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(_token_file)
 
