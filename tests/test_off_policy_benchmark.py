@@ -4,6 +4,7 @@ import pytest
 
 from benchmarks.async_correction import correction_runs, paired_pairs, reranker_lags
 from benchmarks.learning import runs_for
+from benchmarks.off_policy_drift import drift_windows
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
@@ -48,3 +49,17 @@ def test_pairs_are_corrected_minus_uncorrected_by_seed_on_test_and_on_final_val(
     assert test.se == pytest.approx(0.03)  # sample std of (0.05, -0.01) is 0.0424; / sqrt 2
     assert val.differences == pytest.approx((-0.01, 0.02))
     assert lag8["val_mean"].differences == pytest.approx((-0.01, 0.02))
+
+
+def test_a_drift_window_spans_two_evaluations_with_its_median_ratio_and_the_fall_from_the_best_so_far():
+    def step(n, ratio):
+        return {"step": n, "reranker": {"importance_ratio_mean": ratio}}
+
+    records = [{"step": 0, "eval": {"gold_selected": 0.4}}, step(1, 1.0), step(2, 0.9), step(3, 0.8),
+               {"step": 3, "eval": {"gold_selected": 0.6}}, step(4, 0.2), step(5, None), step(6, 0.4),
+               {"step": 6, "eval": {"gold_selected": 0.1}}]  # step 5: no stale example, no ratio logged
+    first, second = drift_windows(records)
+    assert first == {"steps": [1, 3], "ratio_median": 0.9, "gold_selected_change": pytest.approx(0.2),
+                     "below_best": pytest.approx(-0.2)}
+    assert second == {"steps": [4, 6], "ratio_median": pytest.approx(0.3), "gold_selected_change": pytest.approx(-0.5),
+                      "below_best": pytest.approx(0.5)}, "0.1 against the best so far, 0.6 at step 3"
