@@ -7,7 +7,8 @@ evaluations: the median over the window's steps of the mean importance ratio pi_
 reranker's training examples (logged whether or not the correction is on: a mean far below 1 means the learner's
 policy has moved away from the versions that sampled its experience), and what the val gold-selected rate did
 (its change over the window, and how far it ends below the run's best so far). Windows are then split at a median
-ratio of --low-ratio. Prints the table, writes benchmarks/results/off_policy_drift.json and its RESULTS.md section.
+ratio of --low-ratio. Prints the table, writes benchmarks/results/off_policy_drift.json (or --json) and its RESULTS.md
+section.
 """
 
 from __future__ import annotations
@@ -44,20 +45,30 @@ def drift_windows(records: list[dict]) -> list[dict]:
 
 
 def summary(windows: list[dict]) -> dict:
-    return {"windows": len(windows),
-            "gold_selected_change_mean": statistics.mean(w["gold_selected_change"] for w in windows),
+    """Count, mean gold-selected change (None without windows) and collapses of a group of windows."""
+    changes = [w["gold_selected_change"] for w in windows]
+    return {"windows": len(windows), "gold_selected_change_mean": statistics.mean(changes) if changes else None,
             "collapses": sum(w["below_best"] >= COLLAPSE for w in windows)}
+
+
+def summary_row(label: str, figures: dict) -> list[str]:
+    change = figures["gold_selected_change_mean"]
+    return [label, str(figures["windows"]), "-" if change is None else f"{change:+.3f}", str(figures["collapses"])]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learning"),
                         help="benchmarks.async_correction's job directories (default: runs/learning)")
+    parser.add_argument("--async-json", type=Path, default=ASYNC_JSON,
+                        help="the async_correction record whose runs and seeds to read (default: its results JSON)")
+    parser.add_argument("--json", type=Path, default=RESULTS_JSON,
+                        help="where to write the figures; the RESULTS.md section is named after it")
     parser.add_argument("--low-ratio", type=float, default=0.6, help="median ratio below which a window counts as "
                         "drifted (default: 0.6)")
     parser.add_argument("--print-only", action="store_true", help="print the table, write nothing")
     args = parser.parse_args()
-    plan = json.loads(ASYNC_JSON.read_text())["seeds"]
+    plan = json.loads(args.async_json.read_text())["seeds"]
     rows = [{"run": run, "seed": seed, **window} for run, seeds in plan.items() for seed in seeds
             for window in drift_windows(read_metrics(args.out / run / f"seed-{seed}"))]
     drifted = [r for r in rows if r["ratio_median"] < args.low_ratio]
@@ -66,15 +77,15 @@ def main() -> None:
                "collapse": COLLAPSE, "drifted": summary(drifted), "steady": summary(steady), "windows": rows}
     table = markdown_table(
         ["median ratio in the window", "windows", "val gold-selected change (mean)", f"collapses (>= {COLLAPSE} below best)"],
-        [[f"< {args.low_ratio}", *(str(v) if i != 1 else f"{v:+.3f}" for i, v in enumerate(summary(drifted).values()))],
-         [f">= {args.low_ratio}", *(str(v) if i != 1 else f"{v:+.3f}" for i, v in enumerate(summary(steady).values()))]])
+        [summary_row(f"< {args.low_ratio}", figures["drifted"]), summary_row(f">= {args.low_ratio}", figures["steady"])])
     listed = markdown_table(["run", "seed", "steps", "median ratio", "gold-selected change", "below best"],
                             [[r["run"], str(r["seed"]), f"{r['steps'][0]}-{r['steps'][1]}", f"{r['ratio_median']:.2f}",
-                              f"{r['gold_selected_change']:+.2f}", f"{r['below_best']:.2f}"] for r in drifted])
+                              f"{r['gold_selected_change']:+.2f}", f"{r['below_best']:.2f}"] for r in drifted]
+                            ) if drifted else "None."
     report = "\n".join([
         f"## Off-policy drift before the ranking collapses ({figures['date']})", "",
         f"Machine: {figures['machine']}. `python -m benchmarks.off_policy_drift`: the job directories of "
-        "`benchmarks.async_correction` (runs and seeds of results/async_correction.json), nothing trained. A window is "
+        f"`benchmarks.async_correction` (runs and seeds of results/{args.async_json.name}), nothing trained. A window is "
         "the steps between two val evaluations (200 val questions); its ratio is the median over its steps of the "
         "mean importance ratio pi_now / pi_behaviour of the reranker's training examples; a collapse is a window "
         f"that ends with val gold-selected {COLLAPSE} or more below the run's best so far.", "",
@@ -85,7 +96,7 @@ def main() -> None:
     if args.print_only:
         print(report)
         return
-    publish_figures(report, figures, RESULTS_JSON)
+    publish_figures(report, figures, args.json)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks.async_correction import correction_runs, paired_pairs, reranker_lags
 from benchmarks.learning import runs_for
-from benchmarks.off_policy_drift import drift_windows
+from benchmarks.off_policy_drift import drift_windows, summary
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
@@ -63,3 +63,5 @@ def test_a_drift_window_spans_two_evaluations_with_its_median_ratio_and_the_fall
                      "below_best": pytest.approx(-0.2)}
     assert second == {"steps": [4, 6], "ratio_median": pytest.approx(0.3), "gold_selected_change": pytest.approx(-0.5),
                       "below_best": pytest.approx(0.5)}, "0.1 against the best so far, 0.6 at step 3"
+    assert summary([first, second]) == {"windows": 2, "gold_selected_change_mean": pytest.approx(-0.15), "collapses": 1}
+    assert summary([]) == {"windows": 0, "gold_selected_change_mean": None, "collapses": 0}, "no drifted window"
