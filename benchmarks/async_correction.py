@@ -107,6 +107,13 @@ def _spread(value: dict | None) -> str:
     return "-" if value is None else f"{value['mean']:.3f} ({value['min']:.3f}-{value['max']:.3f})"
 
 
+def pairs_in_words(lags: list[int], reranker_lrs: list[str], lr_lag: int) -> str:
+    """What an invocation trained, for its section's heading: its lags, and its reranker learning rates."""
+    parts = [f"lag{'s' if len(lags) > 1 else ''} {', '.join(str(lag) for lag in lags)}"] if lags else []
+    parts += [f"reranker.lr {lr} at lag {lr_lag}" for lr in reranker_lrs]
+    return "; ".join(parts)
+
+
 def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinished: list[str], load: tuple) -> str:
     """RESULTS.md's section: context, the paired differences, one row per (run, seed)."""
     counts = sorted({(r["questions"], r["entities"]) for r in records})
@@ -120,7 +127,8 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
                  _spread(r["importance_ratio_truncated"]), f"{r['train_minutes']:.1f}"] for r in records]
     partial = f"**Partial: not finished: {', '.join(unfinished)}.** " if unfinished else ""
     return (
-        f"## Off-policy correction under asynchronous training ({datetime.date.today()})\n\n{partial}"
+        f"## Off-policy correction under asynchronous training: "
+        f"{pairs_in_words(args.lags, args.reranker_lr, args.lr_lag)} ({datetime.date.today()})\n\n{partial}"
         f"Machine: {machine()}, load average {load[0]:.1f} / {load[1]:.1f} / "
         f"{load[2]:.1f} over 1 / 5 / 15 min at the end (other jobs on the machine included); {args.jobs} job(s) at a "
         f"time, one torch thread. Config "

@@ -83,7 +83,7 @@ def main() -> None:
                               f"{r['gold_selected_change']:+.2f}", f"{r['below_best']:.2f}"] for r in drifted]
                             ) if drifted else "None."
     report = "\n".join([
-        f"## Off-policy drift before the ranking collapses ({figures['date']})", "",
+        f"## Off-policy drift before the ranking collapses: {', '.join(plan)} ({figures['date']})", "",
         f"Machine: {figures['machine']}. `python -m benchmarks.off_policy_drift`: the job directories of "
         f"`benchmarks.async_correction` (runs and seeds of results/{args.async_json.name}), nothing trained. A window is "
         "the steps between two val evaluations (200 val questions); its ratio is the median over its steps of the "

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.async_correction import correction_runs, paired_pairs, reranker_lags
+from benchmarks.async_correction import correction_runs, paired_pairs, pairs_in_words, reranker_lags
 from benchmarks.learning import runs_for
 from benchmarks.off_policy_drift import drift_windows, summary
 
@@ -18,6 +18,13 @@ def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_cor
         assert off - on == {"train.off_policy_correction=false"}
     assert "reranker.lr=3e-2" in runs["async-lag8-rr3e-2"]
     assert "train.max_policy_lag=4" in runs["async-lag4-uncorrected"]
+
+
+def test_a_section_heading_names_the_pairs_its_invocation_trained():
+    """Two invocations of the benchmark write two sections: their headings must tell them apart."""
+    assert pairs_in_words([4, 8], [], lr_lag=8) == "lags 4, 8"
+    assert pairs_in_words([], ["3e-3"], lr_lag=8) == "reranker.lr 3e-3 at lag 8"
+    assert pairs_in_words([4], ["3e-3", "1e-3"], lr_lag=8) == "lag 4; reranker.lr 3e-3 at lag 8; reranker.lr 1e-3 at lag 8"
 
 
 def test_a_lag_benchmark_learning_does_not_define_is_refused():
