@@ -19,11 +19,10 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks import learning
+from benchmarks import async_correction, learning
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.training.metrics_log import read_metrics
 
-ASYNC_JSON = learning.RESULTS_JSON.parent / "async_correction.json"
 RESULTS_JSON = learning.RESULTS_JSON.parent / "off_policy_drift.json"
 COLLAPSE = 0.2
 """A window ends in a collapse when val gold-selected is this far below the run's best so far."""
@@ -60,7 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learning"),
                         help="benchmarks.async_correction's job directories (default: runs/learning)")
-    parser.add_argument("--async-json", type=Path, default=ASYNC_JSON,
+    parser.add_argument("--async-json", type=Path, default=async_correction.RESULTS_JSON,
                         help="the async_correction record whose runs and seeds to read (default: its results JSON)")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON,
                         help="where to write the figures; the RESULTS.md section is named after it")
