@@ -4,8 +4,9 @@ Not a test: `python -m benchmarks.async_correction [--config CFG] [--set ...]` f
 with the config's dataset and index built and the fixed baselines measured (`benchmarks.baselines`;
 `benchmarks.learning` needs them). It trains and evaluates, with `benchmarks.learning`'s jobs, only the
 distributed runs of issue 22 item 5: for each lag L of --lags, `async-lagL` (`train.off_policy_correction`
-on) and `async-lagL-uncorrected` (off), and for each --reranker-lr X the same pair at --lr-lag with
-`reranker.lr=X` (`async-lagL-rrX`), every run over the same seeds. Job directories in --out are shared
+on) and `async-lagL-uncorrected` (off), and for each --reranker-lr X the same pair at --probe-lag with
+`reranker.lr=X` (`async-lagL-rrX`), for each --behaviour-kl C with `train.behaviour_kl_coef=C` (`async-lagL-klC`),
+every run over the same seeds. Job directories in --out are shared
 with `benchmarks.learning` (a job finished there with the same commands is reused, either way).
 
 Per (run, seed) it records the test reward, the val curve (what any choice is judged on), the realised
@@ -42,9 +43,14 @@ RESULTS_JSON = HERE / "results" / "async_correction.json"
 UNCORRECTED = "-uncorrected"
 
 
-def correction_runs(base: dict[str, list[str]], lags: list[int], reranker_lrs: list[str],
-                    lr_lag: int) -> dict[str, list[str]]:
-    """Run -> config overrides: `benchmarks.learning`'s async pair per lag, then a pair per reranker lr at `lr_lag`."""
+PROBES = {"rr": "reranker.lr", "kl": "train.behaviour_kl_coef"}
+"""A probe's tag in its runs' names (`async-lag8-rr3e-3`) -> the config key it sets."""
+
+
+def correction_runs(base: dict[str, list[str]], lags: list[int], probes: list[tuple[str, str]],
+                    probe_lag: int) -> dict[str, list[str]]:
+    """Run -> config overrides: `benchmarks.learning`'s async pair per lag, then a pair per probe (tag, value) at
+    `probe_lag`, the default-lr pair's overrides plus the probe's key set to its value."""
     runs = {}
     for lag in lags:
         for name in (f"async-lag{lag}", f"async-lag{lag}{UNCORRECTED}"):
@@ -52,12 +58,18 @@ def correction_runs(base: dict[str, list[str]], lags: list[int], reranker_lrs: l
                 sys.exit(f"async_correction: --lags {lag}: benchmarks.learning defines async runs for lags "
                          f"{', '.join(str(lag) for lag in learning.LAGS)} only")
             runs[name] = base[name]
-    for lr in reranker_lrs:
-        runs[f"async-lag{lr_lag}-rr{lr}"] = [*learning.DISTRIBUTED, f"train.max_policy_lag={lr_lag}",
-                                            "train.off_policy_correction=true", f"reranker.lr={lr}"]
-        runs[f"async-lag{lr_lag}-rr{lr}{UNCORRECTED}"] = [*learning.DISTRIBUTED, f"train.max_policy_lag={lr_lag}",
-                                                          "train.off_policy_correction=false", f"reranker.lr={lr}"]
+    for tag, value in probes:
+        for suffix, correction in (("", "true"), (UNCORRECTED, "false")):
+            runs[f"async-lag{probe_lag}-{tag}{value}{suffix}"] = [
+                *learning.DISTRIBUTED, f"train.max_policy_lag={probe_lag}",
+                f"train.off_policy_correction={correction}", f"{PROBES[tag]}={value}"]
     return runs
+
+
+def probe_bases(probes: list[tuple[str, str]], probe_lag: int) -> dict[str, str]:
+    """Probe run -> the run it varies: `async-lag8-kl1-uncorrected` -> `async-lag8-uncorrected`."""
+    return {f"async-lag{probe_lag}-{tag}{value}{suffix}": f"async-lag{probe_lag}{suffix}"
+            for tag, value in probes for suffix in ("", UNCORRECTED)}
 
 
 def reranker_lags(steps: list[dict]) -> list[int]:
@@ -99,6 +111,19 @@ def paired_pairs(records: list[dict], runs: list[str]) -> dict[str, dict[str, Pa
     return pairs
 
 
+def probe_pairs(records: list[dict], bases: dict[str, str]) -> dict[str, dict[str, Paired]]:
+    """'P - B' -> {'test', 'val_final', 'val_mean': Paired} for each probe run P and the run B it varies (`bases`),
+    paired by seed over the seeds both have in `records`."""
+    pairs = {}
+    for probe, base in bases.items():
+        test = paired_difference(records, probe, base)
+        if test is not None:
+            pairs[f"{probe} - {base}"] = {
+                "test": test, **{figure: paired_difference(records, probe, base, figure)
+                                 for figure in ("val_final", "val_mean")}}
+    return pairs
+
+
 def _paired_json(p: Paired) -> dict:
     return {"mean": p.mean, "standard_error": p.se, "n": p.n, "per_seed": list(p.differences)}
 
@@ -107,15 +132,17 @@ def _spread(value: dict | None) -> str:
     return "-" if value is None else f"{value['mean']:.3f} ({value['min']:.3f}-{value['max']:.3f})"
 
 
-def pairs_in_words(lags: list[int], reranker_lrs: list[str], lr_lag: int) -> str:
-    """What an invocation trained, for its section's heading: its lags, and its reranker learning rates."""
+def pairs_in_words(lags: list[int], probes: list[tuple[str, str]], probe_lag: int) -> str:
+    """What an invocation trained, for its section's heading: its lags, and its probes."""
     parts = [f"lag{'s' if len(lags) > 1 else ''} {', '.join(str(lag) for lag in lags)}"] if lags else []
-    parts += [f"reranker.lr {lr} at lag {lr_lag}" for lr in reranker_lrs]
+    parts += [f"{PROBES[tag]} {value} at lag {probe_lag}" for tag, value in probes]
     return "; ".join(parts)
 
 
-def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinished: list[str], load: tuple) -> str:
-    """RESULTS.md's section: context, the paired differences, one row per (run, seed)."""
+def report(args: argparse.Namespace, records: list[dict], pairs: dict, probes: dict, unfinished: list[str],
+           load: tuple) -> str:
+    """RESULTS.md's section: context, the paired differences (corrected - uncorrected; each probe - the run it
+    varies), one row per (run, seed)."""
     counts = sorted({(r["questions"], r["entities"]) for r in records})
     seeds = {run: [r["seed"] for r in records if r["run"] == run] for run in args.runs}
     paired_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
@@ -125,10 +152,17 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
                  f"{r['reranker_lag_mean']:.2f} / {r['reranker_lag_max']}",
                  _spread(r["importance_ratio_mean"]), _spread(r["importance_ratio_std"]),
                  _spread(r["importance_ratio_truncated"]), f"{r['train_minutes']:.1f}"] for r in records]
+    probe_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
+                  for name, both in probes.items() for split, p in both.items()]
+    probe_table = "" if not probe_rows else (
+        f"Each probe against the run it varies, same seed (that run's records from {args.against_name} where this "
+        "invocation did not train it: trained at another time, under another load, so with other realised lags):"
+        "\n\n" + markdown_table(["paired difference (probe - its default run, same seed)", "split", "mean ± s.e.",
+                                  "per seed"], probe_rows) + "\n\n")
     partial = f"**Partial: not finished: {', '.join(unfinished)}.** " if unfinished else ""
     return (
         f"## Off-policy correction under asynchronous training: "
-        f"{pairs_in_words(args.lags, args.reranker_lr, args.lr_lag)} ({datetime.date.today()})\n\n{partial}"
+        f"{pairs_in_words(args.lags, args.probes, args.probe_lag)} ({datetime.date.today()})\n\n{partial}"
         f"Machine: {machine()}, load average {load[0]:.1f} / {load[1]:.1f} / "
         f"{load[2]:.1f} over 1 / 5 / 15 min at the end (other jobs on the machine included); {args.jobs} job(s) at a "
         f"time, one torch thread. Config "
@@ -146,7 +180,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, unfinishe
         "batch's mean ratio, its std within the batch, and the fraction truncated (mean (min-max) over steps).\n\n"
         + markdown_table(["paired difference (corrected - uncorrected, same seed)", "split", "mean ± s.e.",
                           "per seed"], paired_rows)
-        + "\n\n"
+        + "\n\n" + probe_table
         + markdown_table(["run", "seed", "test", "val (final)", "exported step", "policy lag", "reranker lag",
                           "ratio: batch mean", "ratio: std in batch", "truncated", "train min"], run_rows) + "\n")
 
@@ -161,8 +195,11 @@ def main() -> None:
     parser.add_argument("--lags", type=int, nargs="*", default=list(learning.LAGS),
                         help="train.max_policy_lag of the default-lr pairs (default: 4 8)")
     parser.add_argument("--reranker-lr", nargs="*", default=[], metavar="LR",
-                        help="also a pair at --lr-lag with reranker.lr=LR, for each LR given")
-    parser.add_argument("--lr-lag", type=int, default=8, help="lag of the --reranker-lr pairs (default: 8)")
+                        help="also a pair at --probe-lag with reranker.lr=LR, for each LR given")
+    parser.add_argument("--behaviour-kl", nargs="*", default=[], metavar="COEF",
+                        help="also a pair at --probe-lag with train.behaviour_kl_coef=COEF, for each COEF given")
+    parser.add_argument("--probe-lag", type=int, default=8,
+                        help="lag of the --reranker-lr and --behaviour-kl pairs (default: 8)")
     parser.add_argument("--steps", type=int, help="training steps per run (default: train.steps of the config)")
     parser.add_argument("--eval-every", type=int, default=20, help="val evaluation interval in steps (default: 20)")
     parser.add_argument("--val-questions", type=int, default=200,
@@ -172,6 +209,9 @@ def main() -> None:
                         help="job directories, shared with benchmarks.learning (default: runs/learning)")
     parser.add_argument("--baselines-json", type=Path, default=learning.RESULTS_JSON.parent / "baselines.json",
                         help="the fixed baselines on this data (benchmarks.learning checks them)")
+    parser.add_argument("--against", type=Path, default=RESULTS_JSON,
+                        help="records of the runs the probes vary, where this invocation does not train them "
+                             "(default: results/async_correction.json)")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
     parser.add_argument("--plot", type=Path, default=HERE / "async_correction.png", help="val curves PNG")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON, help="per-run, per-seed records and pairs")
@@ -182,7 +222,8 @@ def main() -> None:
     except ConfigError as exc:
         sys.exit(f"async_correction: {exc}")
     base, _ = learning.runs_for(cfg.train.aggregate)
-    args.run_sets = correction_runs(base, args.lags, args.reranker_lr, args.lr_lag)
+    args.probes = [("rr", lr) for lr in args.reranker_lr] + [("kl", coef) for coef in args.behaviour_kl]
+    args.run_sets = correction_runs(base, args.lags, args.probes, args.probe_lag)
     args.runs = list(args.run_sets)
     args.run_seeds = {run: list(args.seeds) for run in args.runs}
     args.steps = args.steps or cfg.train.steps
@@ -212,16 +253,23 @@ def main() -> None:
         sys.exit("async_correction: no (run, seed) job has finished; nothing to report")
     records.sort(key=lambda r: (args.runs.index(r["run"]), r["seed"]))
     pairs = paired_pairs(records, args.runs)
+    trained = {(r["run"], r["seed"]) for r in records}
+    against = json.loads(args.against.read_text())["records"] if args.probes and args.against.is_file() else []
+    args.against_name = args.against.name
+    probes = probe_pairs(records + [r for r in against if (r["run"], r["seed"]) not in trained],
+                         probe_bases(args.probes, args.probe_lag))
     plot_curves(mean_curves(records), args.plot,
                 f"Val reward, corrected vs uncorrected, mean over seeds (band: ± std); {args.steps} steps")
-    text = report(args, records, pairs, unfinished, os.getloadavg())
+    text = report(args, records, pairs, probes, unfinished, os.getloadavg())
     figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config,
                "sets": [portable_assignment(s) for s in args.set], "steps": args.steps, "seeds": args.run_seeds,
                "val_questions": args.val_count, "wall_minutes": (time.perf_counter() - started) / 60,
                "partial": bool(unfinished), "unfinished": unfinished, "records": records,
                "paired": {name: _paired_json(both["test"]) for name, both in pairs.items()},
                **{f"paired_{figure}": {name: _paired_json(both[figure]) for name, both in pairs.items()}
-                  for figure in ("val_final", "val_mean")}}
+                  for figure in ("val_final", "val_mean")},
+               "paired_probe": {name: {figure: _paired_json(p) for figure, p in both.items()}
+                                for name, both in probes.items()}}
     publish_figures(text, figures, args.json, write=not args.print_only)
 
 

@@ -376,6 +376,10 @@ class TrainConfig:
     """Weight reranker examples drawn by an older policy version by their importance ratio min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
     importance_ratio_cap: float = 2.0
     """Truncation constant of the off-policy importance weight (>= 1; on-policy examples always weigh 1)."""
+    behaviour_kl_coef: NonNegativeFloat = 0.0
+    """Weight of a trust region on the reranker's off-policy updates: the mean over its examples of
+    (log pi_now - log pi_behaviour)^2 / 2 (`mmrag.rl.losses.behaviour_kl_penalty`), added to its loss. Exactly 0,
+    gradient included, on experience drawn by the weights being trained, so only asynchronous runs feel it."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25

@@ -84,7 +84,8 @@ def test_reranker_policy_loss_on_policy_by_hand_with_importance_ratio_exactly_on
     assert local.examples == 2
     # -mean(A * log P): -(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2.
     assert local.loss.item() == pytest.approx(-(0.5 * LOGPROB_FIRST - 0.5 * LOGPROB_EMPTY) / 2, abs=1e-5)
-    assert local.stats == {"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0, "importance_ratio_truncated": 0.0}
+    assert local.stats == {"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0, "importance_ratio_truncated": 0.0,
+                           "behaviour_kl": 0.0}
     expected_grad = -(0.5 * STOP_GRAD_FIRST - 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
     assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
 
@@ -101,9 +102,34 @@ def test_stale_reranker_selections_are_weighted_by_their_truncated_ratio(reranke
     # The ratios are logged whether or not they weight the loss: mean (3 + 0.5) / 2, spread |3 - 0.5| / 2 (the
     # standard deviation of two values), half above the cap.
     assert local.stats == pytest.approx({"importance_ratio_mean": 1.75, "importance_ratio_std": 1.25,
-                                         "importance_ratio_truncated": 0.5}, abs=1e-5)
+                                         "importance_ratio_truncated": 0.5, "behaviour_kl": STALE_KL}, abs=1e-5)
     expected_grad = -(weights[0] * 0.5 * STOP_GRAD_FIRST - weights[1] * 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
     assert stop_bias_grad(reranker, local) == pytest.approx(expected_grad, abs=1e-5)
+
+
+STALE_LOG_RATIOS = (math.log(3.0), -math.log(2.0))
+STALE_KL = (STALE_LOG_RATIOS[0] ** 2 + STALE_LOG_RATIOS[1] ** 2) / 2 / 2
+"""behaviour_kl of the stale tree: the mean of (log pi - log mu)^2 / 2 over its two selections."""
+
+
+@pytest.mark.parametrize("coef", [0.0, 0.7])
+def test_behaviour_kl_penalty_pulls_stale_selections_back_and_leaves_on_policy_ones_alone(reranker, coef):
+    tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
+    cfg = TrainConfig(importance_ratio_cap=RATIO_CAP, behaviour_kl_coef=coef)
+    local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
+    policy = -(2.0 * 0.5 * LOGPROB_FIRST - 0.5 * 0.5 * LOGPROB_EMPTY) / 2
+    assert local.loss.item() == pytest.approx(policy + coef * STALE_KL, abs=1e-5)
+    assert local.stats["behaviour_kl"] == pytest.approx(STALE_KL, abs=1e-5)
+    # d/d bias of coef * mean((log pi - log mu)^2 / 2) = coef * mean((log pi - log mu) * d log pi / d bias).
+    policy_grad = -(2.0 * 0.5 * STOP_GRAD_FIRST - 0.5 * 0.5 * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
+    penalty_grad = (STALE_LOG_RATIOS[0] * STOP_GRAD_FIRST + STALE_LOG_RATIOS[1] * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
+    assert stop_bias_grad(reranker, local) == pytest.approx(policy_grad + coef * penalty_grad, abs=1e-5)
+    # Drawn by the version being trained: value and gradient exactly those without the penalty.
+    on_policy = reranker_loss(reranker, [reranker_tree(version=2)], cfg, TEMPERATURE, policy_version=2)
+    plain = reranker_loss(reranker, [reranker_tree(version=2)], TrainConfig(), TEMPERATURE, policy_version=2)
+    assert on_policy.loss.item() == plain.loss.item()
+    assert on_policy.stats["behaviour_kl"] == 0.0
+    assert stop_bias_grad(reranker, on_policy) == stop_bias_grad(reranker, plain)
 
 
 def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
@@ -117,7 +143,7 @@ def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
     assert local.examples == 1
     assert local.loss.item() == pytest.approx(1.5 * math.log1p(math.exp(-margin)), abs=1e-5)
     assert local.stats == pytest.approx({"importance_ratio_mean": 1.5, "importance_ratio_std": 0.0,
-                                         "importance_ratio_truncated": 0.0,
+                                         "importance_ratio_truncated": 0.0, "behaviour_kl": STALE_KL,
                                          "reward_margin": margin, "pair_accuracy": 0.0}, abs=1e-5)
 
 
@@ -144,7 +170,7 @@ def test_a_gated_reranker_adds_its_gates_loss_on_the_two_arms_to_the_rankings(zo
     assert local.examples == 3
     assert local.loss.item() == pytest.approx((2 * ranking + 0.5 * -math.log(0.15)) / 3, abs=1e-5)
     assert local.stats == pytest.approx({"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0,
-                                         "importance_ratio_truncated": 0.0, "gate_queries": 1 / 3,
+                                         "importance_ratio_truncated": 0.0, "behaviour_kl": 0.0, "gate_queries": 1 / 3,
                                          "gate_skip_wins": 1.0})
     gated.zero_grad()
     local.loss.backward()
@@ -170,7 +196,7 @@ def test_a_batch_where_only_the_gate_has_signal_takes_the_gates_loss_alone(zoo_d
     assert local.examples == 1
     assert local.loss.item() == pytest.approx(1.0 * -math.log(0.85), abs=1e-5)  # retrieving won by 1
     assert local.stats == pytest.approx({"importance_ratio_mean": 1.0, "importance_ratio_std": 0.0,
-                                         "importance_ratio_truncated": 0.0, "gate_queries": 1.0,
+                                         "importance_ratio_truncated": 0.0, "behaviour_kl": 0.0, "gate_queries": 1.0,
                                          "gate_skip_wins": 0.0})
 
 

@@ -2,35 +2,52 @@
 
 import pytest
 
-from benchmarks.async_correction import correction_runs, paired_pairs, pairs_in_words, reranker_lags
+from benchmarks.async_correction import (correction_runs, paired_pairs, pairs_in_words, probe_bases, probe_pairs,
+                                         reranker_lags)
 from benchmarks.learning import runs_for
 from benchmarks.off_policy_drift import drift_windows, summary
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
     base, _ = runs_for("mean")
-    runs = correction_runs(base, [4, 8], ["3e-2"], lr_lag=8)
+    runs = correction_runs(base, [4, 8], [("rr", "3e-2"), ("kl", "1")], probe_lag=8)
     assert list(runs) == ["async-lag4", "async-lag4-uncorrected", "async-lag8", "async-lag8-uncorrected",
-                          "async-lag8-rr3e-2", "async-lag8-rr3e-2-uncorrected"]
-    for corrected in ("async-lag4", "async-lag8", "async-lag8-rr3e-2"):
+                          "async-lag8-rr3e-2", "async-lag8-rr3e-2-uncorrected", "async-lag8-kl1",
+                          "async-lag8-kl1-uncorrected"]
+    for corrected in ("async-lag4", "async-lag8", "async-lag8-rr3e-2", "async-lag8-kl1"):
         on, off = set(runs[corrected]), set(runs[corrected + "-uncorrected"])
         assert on - off == {"train.off_policy_correction=true"}
         assert off - on == {"train.off_policy_correction=false"}
     assert "reranker.lr=3e-2" in runs["async-lag8-rr3e-2"]
+    assert set(runs["async-lag8-kl1"]) - set(runs["async-lag8"]) == {"train.behaviour_kl_coef=1"}
     assert "train.max_policy_lag=4" in runs["async-lag4-uncorrected"]
 
 
 def test_a_section_heading_names_the_pairs_its_invocation_trained():
     """Two invocations of the benchmark write two sections: their headings must tell them apart."""
-    assert pairs_in_words([4, 8], [], lr_lag=8) == "lags 4, 8"
-    assert pairs_in_words([], ["3e-3"], lr_lag=8) == "reranker.lr 3e-3 at lag 8"
-    assert pairs_in_words([4], ["3e-3", "1e-3"], lr_lag=8) == "lag 4; reranker.lr 3e-3 at lag 8; reranker.lr 1e-3 at lag 8"
+    assert pairs_in_words([4, 8], [], probe_lag=8) == "lags 4, 8"
+    assert pairs_in_words([], [("rr", "3e-3")], probe_lag=8) == "reranker.lr 3e-3 at lag 8"
+    assert pairs_in_words([4], [("rr", "3e-3"), ("kl", "1")], probe_lag=8) == \
+        "lag 4; reranker.lr 3e-3 at lag 8; train.behaviour_kl_coef 1 at lag 8"
+
+
+def test_each_probe_run_pairs_with_the_run_it_varies_by_seed():
+    bases = probe_bases([("kl", "1"), ("rr", "3e-3")], probe_lag=8)
+    assert bases == {"async-lag8-kl1": "async-lag8", "async-lag8-kl1-uncorrected": "async-lag8-uncorrected",
+                     "async-lag8-rr3e-3": "async-lag8", "async-lag8-rr3e-3-uncorrected": "async-lag8-uncorrected"}
+    figures = {"trained": 0.0, "val_final": 0.0, "val_mean": 0.0}
+    records = [{"run": "async-lag8", "seed": seed, **figures, "trained": 0.5 + seed / 10} for seed in (0, 1, 2)]
+    records += [{"run": "async-lag8-kl1", "seed": seed, **figures, "trained": 0.7} for seed in (1, 2, 3)]
+    pairs = probe_pairs(records, bases)
+    assert list(pairs) == ["async-lag8-kl1 - async-lag8"]  # the others have no records
+    test = pairs["async-lag8-kl1 - async-lag8"]["test"]
+    assert test.n == 2 and test.differences == pytest.approx((0.1, 0.0))  # seeds 1 and 2 only
 
 
 def test_a_lag_benchmark_learning_does_not_define_is_refused():
     base, _ = runs_for("mean")
     with pytest.raises(SystemExit, match="--lags 2"):
-        correction_runs(base, [2], [], lr_lag=8)
+        correction_runs(base, [2], [], probe_lag=8)
 
 
 def test_the_reranker_lag_is_the_learner_version_minus_the_version_that_sampled_the_selections():

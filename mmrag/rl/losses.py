@@ -9,8 +9,9 @@ samples under the current weights, and minimises:
 * reranker: the Plackett-Luce policy loss weighted by advantage (`pl_policy`), or a
   pairwise preference loss among the M selections of one query (`pairwise`), each
   example weighted by its truncated importance weight when it was drawn by an older
-  policy version (`truncated_importance_weights`); with a retrieval gate, also the
-  gate's classifier of its better arm (`gate_loss`).
+  policy version (`truncated_importance_weights`), plus optionally a penalty on how far the
+  policy moved from the one that drew them (`behaviour_kl_penalty`); with a retrieval gate,
+  also the gate's classifier of its better arm (`gate_loss`).
 
 Every loss returns a zero that backward() accepts when the batch has no signal.
 """
@@ -144,6 +145,24 @@ def truncated_importance_weights(log_ratios: torch.Tensor, cap: float) -> tuple[
     _check_cap(cap)
     ratios = log_ratios.detach().exp()
     return ratios.clamp(max=cap), ratios
+
+
+def behaviour_kl_penalty(logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor) -> torch.Tensor:
+    """mean over examples of (log pi - log mu)^2 / 2: the k2 estimate of KL(mu || pi) from samples drawn by mu.
+
+    A trust region across optimiser steps. Truncating importance weights bounds the variance of a
+    stale batch's gradient, not how far the policy walks away from the versions that draw its
+    experience: under a lag of L versions every batch is L steps stale, and once the current policy
+    gives the stale draws a fraction of their behaviour probability the batch's weights are near 0
+    and its signal is gone (docs/LEARNING.md, "The ranking collapses follow the policy's drift").
+    Added to the loss with a coefficient, this pulls log pi of each stale draw back towards log mu,
+    in proportion to how far it moved. On-policy (log pi = log mu) its value and its gradient are
+    exactly 0, so synchronous training is unchanged. The behaviour log-probs are constants.
+    """
+    _check_same_shape(logprobs=logprobs, behaviour_logprobs=behaviour_logprobs)
+    if logprobs.numel() == 0:
+        return _zero_loss(logprobs)
+    return ((logprobs - behaviour_logprobs.detach().to(logprobs.dtype)) ** 2).mean() / 2
 
 
 def _weighted_mean(per_example: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:

@@ -20,6 +20,11 @@ would zero the gradient of every stale example whose ratio drifted past 1 +/- ep
 away lagged batches rather than correcting them; AReaL's own cap masks such examples,
 dropping exactly those the current policy now favours most.
 
+Neither bounds how far the policy walks, step after step, from the versions drawing its
+experience; at a lag of 4-8 versions the reranker's ratios can fall to 0.1-0.3 on whole
+batches before its ranking collapses (docs/LEARNING.md). `train.behaviour_kl_coef` adds a
+penalty on that distance (`mmrag.rl.losses.behaviour_kl_penalty`), zero on-policy.
+
 The translator's DPO needs no ratio: DPO is an off-policy objective by construction. Its
 minimiser pi_ref * exp(r / beta) is the same for any distribution of preference pairs that
 covers the queries, and its log-ratios are taken against the fixed reference, not against
@@ -39,9 +44,9 @@ from mmrag.config import TrainConfig
 from mmrag.data.dataset import Question
 from mmrag.models.reranker import AdaptiveReranker, RerankBatch, candidates_of
 from mmrag.models.translator import QueryTranslator
-from mmrag.rl.losses import (dpo_loss, gate_loss, gate_value_gap, pairwise_preference_loss, pl_policy_loss,
-                             preference_stats, ranking_draws, reference_free_dpo_loss, reranker_preference_pairs,
-                             translator_preference_pairs, truncated_importance_weights)
+from mmrag.rl.losses import (behaviour_kl_penalty, dpo_loss, gate_loss, gate_value_gap, pairwise_preference_loss,
+                             pl_policy_loss, preference_stats, ranking_draws, reference_free_dpo_loss,
+                             reranker_preference_pairs, translator_preference_pairs, truncated_importance_weights)
 from mmrag.rl.rollout import Node, leaves, nodes_at
 
 
@@ -56,8 +61,9 @@ class LocalLoss:
     stats: dict[str, float] = field(default_factory=dict)
     """Per-example means worth logging beside the loss; the same keys whenever `examples` > 0, since learner ranks
     combine them key by key. Translator: `reward_margin`, `pair_accuracy` (DPO's implicit reward). Reranker:
-    `importance_ratio_mean` and `importance_ratio_truncated` (the fraction above the cap), reported whether or not
-    the correction is on; `pairwise` adds `reward_margin` and `pair_accuracy`; a retrieval gate adds
+    `importance_ratio_mean`, `importance_ratio_std` and `importance_ratio_truncated` (the fraction above the cap),
+    reported whether or not the correction is on, and `behaviour_kl` (`behaviour_kl_penalty`) whatever its
+    coefficient; `pairwise` adds `reward_margin` and `pair_accuracy`; a retrieval gate adds
     `gate_queries` (the fraction of examples that are the gate's) and `gate_skip_wins` (of those, where the skip
     arm was worth more)."""
 
@@ -114,8 +120,9 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
     return rows
 
 
-def log_importance_ratios(nodes: list[Node], logprobs: torch.Tensor, policy_version: int) -> torch.Tensor:
-    """log(pi_now / pi_behaviour) per node: 0 exactly for nodes drawn by `policy_version`, else against `Node.logprob`.
+def behaviour_logprobs(nodes: list[Node], logprobs: torch.Tensor, policy_version: int) -> torch.Tensor:
+    """log mu per node, the log-prob it was drawn with: `Node.logprob` for nodes drawn by an older version than
+    `policy_version`, the current log-prob itself (detached) for the others, so that their ratio is exactly 1.
 
     `logprobs` are the current log-probs of the nodes' outputs, under the distribution they
     were sampled from (the reranker's logits / temperature).
@@ -130,8 +137,7 @@ def log_importance_ratios(nodes: list[Node], logprobs: torch.Tensor, policy_vers
     on_policy = torch.tensor([node.policy_version == policy_version for node in nodes], dtype=torch.bool,
                              device=logprobs.device)
     current = logprobs.detach()
-    behaviour = torch.where(on_policy, current, torch.tensor(behaviour, dtype=current.dtype, device=current.device))
-    return current - behaviour
+    return torch.where(on_policy, current, torch.tensor(behaviour, dtype=current.dtype, device=current.device))
 
 
 def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor | None, dict[str, float]]:
@@ -143,6 +149,16 @@ def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tenso
              "importance_ratio_std": float(ratios.std(unbiased=False)),
              "importance_ratio_truncated": float((ratios > cfg.importance_ratio_cap).float().mean())}
     return (weights if cfg.off_policy_correction else None), stats
+
+
+def _with_behaviour_penalty(loss: torch.Tensor, logprobs: torch.Tensor, behaviour: torch.Tensor,
+                            cfg: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """(the ranking's loss plus `train.behaviour_kl_coef` times `behaviour_kl_penalty`, {"behaviour_kl": its
+    value}); the value is logged whatever the coefficient, as the ratios are."""
+    penalty = behaviour_kl_penalty(logprobs, behaviour)
+    if cfg.behaviour_kl_coef:
+        loss = loss + cfg.behaviour_kl_coef * penalty
+    return loss, {"behaviour_kl": float(penalty.detach())}
 
 
 def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float,
@@ -185,18 +201,23 @@ def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, logits: torch.
         nodes = [node for _, node in flat]
         logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature,
                                     logits)
-        weights, stats = _importance(log_importance_ratios(nodes, logprobs, policy_version), cfg)
+        behaviour = behaviour_logprobs(nodes, logprobs, policy_version)
+        weights, stats = _importance(logprobs.detach() - behaviour, cfg)
         advantages = torch.tensor([node.advantage for node in nodes], dtype=logprobs.dtype, device=logprobs.device)
-        return LocalLoss(pl_policy_loss(logprobs, advantages, weights), len(flat), stats)
+        loss, penalty = _with_behaviour_penalty(pl_policy_loss(logprobs, advantages, weights), logprobs, behaviour,
+                                                cfg)
+        return LocalLoss(loss, len(flat), {**stats, **penalty})
     flat = [(row, pair) for row, pairs in enumerate(examples) for pair in pairs]
     nodes = [c for _, (c, _) in flat] + [r for _, (_, r) in flat]
     logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat] * 2, temperature,
                                 logits)
     chosen, rejected = logprobs[:len(flat)], logprobs[len(flat):]
-    log_ratios = log_importance_ratios(nodes, logprobs, policy_version)
+    behaviour = behaviour_logprobs(nodes, logprobs, policy_version)
+    log_ratios = logprobs.detach() - behaviour
     weights, stats = _importance(log_ratios[:len(flat)] + log_ratios[len(flat):], cfg)
-    loss = pairwise_preference_loss(chosen, rejected, cfg.dpo_beta, weights)
-    return LocalLoss(loss, len(flat), {**stats, **preference_stats(chosen, rejected, cfg.dpo_beta)})
+    loss, penalty = _with_behaviour_penalty(pairwise_preference_loss(chosen, rejected, cfg.dpo_beta, weights),
+                                            logprobs, behaviour, cfg)
+    return LocalLoss(loss, len(flat), {**stats, **penalty, **preference_stats(chosen, rejected, cfg.dpo_beta)})
 
 
 def example_count(component: str, roots: list[Node], cfg: TrainConfig) -> int:
