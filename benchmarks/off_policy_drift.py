@@ -17,6 +17,7 @@ import argparse
 import datetime
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from benchmarks import async_correction, learning
@@ -68,6 +69,11 @@ def main() -> None:
     parser.add_argument("--print-only", action="store_true", help="print the table, write nothing")
     args = parser.parse_args()
     plan = json.loads(args.async_json.read_text())["seeds"]
+    missing = [str(args.out / run / f"seed-{seed}") for run, seeds in plan.items() for seed in seeds
+               if not (args.out / run / f"seed-{seed}" / "metrics.jsonl").is_file()]
+    if missing:
+        sys.exit(f"off_policy_drift: no metrics.jsonl in {', '.join(missing)} (the runs of {args.async_json.name}; "
+                 "--out names the directory async_correction wrote them to)")
     rows = [{"run": run, "seed": seed, **window} for run, seeds in plan.items() for seed in seeds
             for window in drift_windows(read_metrics(args.out / run / f"seed-{seed}"))]
     drifted = [r for r in rows if r["ratio_median"] < args.low_ratio]

@@ -1,11 +1,14 @@
 """The off-policy correction benchmark's bookkeeping: which runs pair, the reranker's own lag, paired differences."""
 
+import json
+import sys
+
 import pytest
 
 from benchmarks.async_correction import (correction_runs, paired_pairs, pairs_in_words, probe_bases, probe_pairs,
                                          reranker_lags)
 from benchmarks.learning import runs_for
-from benchmarks.off_policy_drift import drift_windows, summary
+from benchmarks.off_policy_drift import drift_windows, main, summary
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
@@ -89,3 +92,12 @@ def test_a_drift_window_spans_two_evaluations_with_its_median_ratio_and_the_fall
                       "below_best": pytest.approx(0.5)}, "0.1 against the best so far, 0.6 at step 3"
     assert summary([first, second]) == {"windows": 2, "gold_selected_change_mean": pytest.approx(-0.15), "collapses": 1}
     assert summary([]) == {"windows": 0, "gold_selected_change_mean": None, "collapses": 0}, "no drifted window"
+
+
+def test_drift_names_the_run_directories_it_cannot_find(tmp_path, monkeypatch):
+    record = tmp_path / "async.json"
+    record.write_text(json.dumps({"seeds": {"async-lag8-kl1": [0]}}))
+    monkeypatch.setattr(sys, "argv", ["off_policy_drift", "--out", str(tmp_path / "jobs"), "--async-json", str(record),
+                                      "--print-only"])
+    with pytest.raises(SystemExit, match=r"no metrics.jsonl in .*jobs/async-lag8-kl1/seed-0 .*--out"):
+        main()
