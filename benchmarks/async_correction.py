@@ -47,6 +47,11 @@ PROBES = {"rr": "reranker.lr", "kl": "train.behaviour_kl_coef"}
 """A probe's tag in its runs' names (`async-lag8-rr3e-3`) -> the config key it sets."""
 
 
+def probe_run(tag: str, value: str, lag: int) -> str:
+    """The corrected run of a probe: `async-lag8-rr3e-3` (its uncorrected twin adds UNCORRECTED)."""
+    return f"async-lag{lag}-{tag}{value}"
+
+
 def correction_runs(base: dict[str, list[str]], lags: list[int], probes: list[tuple[str, str]],
                     probe_lag: int) -> dict[str, list[str]]:
     """Run -> config overrides: `benchmarks.learning`'s async pair per lag, then a pair per probe (tag, value) at
@@ -60,7 +65,7 @@ def correction_runs(base: dict[str, list[str]], lags: list[int], probes: list[tu
             runs[name] = base[name]
     for tag, value in probes:
         for suffix, correction in (("", "true"), (UNCORRECTED, "false")):
-            runs[f"async-lag{probe_lag}-{tag}{value}{suffix}"] = [
+            runs[probe_run(tag, value, probe_lag) + suffix] = [
                 *learning.DISTRIBUTED, f"train.max_policy_lag={probe_lag}",
                 f"train.off_policy_correction={correction}", f"{PROBES[tag]}={value}"]
     return runs
@@ -68,7 +73,7 @@ def correction_runs(base: dict[str, list[str]], lags: list[int], probes: list[tu
 
 def probe_bases(probes: list[tuple[str, str]], probe_lag: int) -> dict[str, str]:
     """Probe run -> the run it varies: `async-lag8-kl1-uncorrected` -> `async-lag8-uncorrected`."""
-    return {f"async-lag{probe_lag}-{tag}{value}{suffix}": f"async-lag{probe_lag}{suffix}"
+    return {probe_run(tag, value, probe_lag) + suffix: f"async-lag{probe_lag}{suffix}"
             for tag, value in probes for suffix in ("", UNCORRECTED)}
 
 
@@ -99,21 +104,12 @@ def correction_record(record: dict, directory: Path) -> dict:
 def paired_pairs(records: list[dict], runs: list[str]) -> dict[str, dict[str, Paired]]:
     """'R - R-uncorrected' -> {'test': Paired, 'val_final': Paired, 'val_mean': Paired} for each corrected run R
     with finished pairs (`val_mean`: the val curve's mean over its evaluations after step 0)."""
-    pairs = {}
-    for run in runs:
-        if run.endswith(UNCORRECTED):
-            continue
-        test = paired_difference(records, run, run + UNCORRECTED)
-        if test is not None:
-            pairs[f"{run} - {run}{UNCORRECTED}"] = {
-                "test": test, **{figure: paired_difference(records, run, run + UNCORRECTED, figure)
-                                 for figure in ("val_final", "val_mean")}}
-    return pairs
+    return probe_pairs(records, {run: run + UNCORRECTED for run in runs if not run.endswith(UNCORRECTED)})
 
 
 def probe_pairs(records: list[dict], bases: dict[str, str]) -> dict[str, dict[str, Paired]]:
-    """'P - B' -> {'test', 'val_final', 'val_mean': Paired} for each probe run P and the run B it varies (`bases`),
-    paired by seed over the seeds both have in `records`."""
+    """'P - B' -> {'test', 'val_final', 'val_mean': Paired} for each run P and the run B it is compared with
+    (`bases`), paired by seed over the seeds both have in `records`."""
     pairs = {}
     for probe, base in bases.items():
         test = paired_difference(records, probe, base)
@@ -126,6 +122,11 @@ def probe_pairs(records: list[dict], bases: dict[str, str]) -> dict[str, dict[st
 
 def _paired_json(p: Paired) -> dict:
     return {"mean": p.mean, "standard_error": p.se, "n": p.n, "per_seed": list(p.differences)}
+
+
+def _paired_rows(pairs: dict[str, dict[str, Paired]]) -> list[list[str]]:
+    return [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
+            for name, both in pairs.items() for split, p in both.items()]
 
 
 def _spread(value: dict | None) -> str:
@@ -145,15 +146,13 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, probes: d
     varies), one row per (run, seed)."""
     counts = sorted({(r["questions"], r["entities"]) for r in records})
     seeds = {run: [r["seed"] for r in records if r["run"] == run] for run in args.runs}
-    paired_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
-                   for name, both in pairs.items() for split, p in both.items()]
+    paired_rows = _paired_rows(pairs)
     run_rows = [[r["run"], str(r["seed"]), f"{r['trained']:.3f}", f"{r['val_final']:.3f}",
                  str(r["exported_step"]), f"{r['policy_lag_mean']:.2f} / {r['policy_lag_max']}",
                  f"{r['reranker_lag_mean']:.2f} / {r['reranker_lag_max']}",
                  _spread(r["importance_ratio_mean"]), _spread(r["importance_ratio_std"]),
                  _spread(r["importance_ratio_truncated"]), f"{r['train_minutes']:.1f}"] for r in records]
-    probe_rows = [[name, split, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
-                  for name, both in probes.items() for split, p in both.items()]
+    probe_rows = _paired_rows(probes)
     probe_table = "" if not probe_rows else (
         f"Each probe against the run it varies, same seed (that run's records from {args.against_name} where this "
         "invocation did not train it: trained at another time, under another load, so with other realised lags):"
