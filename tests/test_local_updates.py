@@ -132,19 +132,26 @@ def test_behaviour_kl_penalty_pulls_stale_selections_back_and_leaves_on_policy_o
     assert stop_bias_grad(reranker, on_policy) == stop_bias_grad(reranker, plain)
 
 
-def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios(reranker):
+@pytest.mark.parametrize("coef", [0.0, 0.7])
+def test_pairwise_reranker_pair_weighs_the_product_of_its_two_ratios_and_takes_the_behaviour_penalty(reranker, coef):
     tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
-    cfg = TrainConfig(reranker_loss="pairwise", dpo_beta=0.5, importance_ratio_cap=RATIO_CAP)
+    cfg = TrainConfig(reranker_loss="pairwise", dpo_beta=0.5, importance_ratio_cap=RATIO_CAP, behaviour_kl_coef=coef)
     local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
     # log P((0,)) = -2.0141 < log P(()) = -1.6448: the untrained reranker still ranks the pair wrong.
     margin = 0.5 * (LOGPROB_FIRST - LOGPROB_EMPTY)
     assert margin == pytest.approx(-0.18467, abs=1e-5)
-    # One pair ((0,) over ()), weight min(3 * 0.5, 2) = 1.5.
+    # One pair ((0,) over ()), weight min(3 * 0.5, 2) = 1.5; the penalty is over the pair's two selections, the
+    # same two as the policy loss's, so its value is STALE_KL here too.
     assert local.examples == 1
-    assert local.loss.item() == pytest.approx(1.5 * math.log1p(math.exp(-margin)), abs=1e-5)
+    assert local.loss.item() == pytest.approx(1.5 * math.log1p(math.exp(-margin)) + coef * STALE_KL, abs=1e-5)
     assert local.stats == pytest.approx({"importance_ratio_mean": 1.5, "importance_ratio_std": 0.0,
                                          "importance_ratio_truncated": 0.0, "behaviour_kl": STALE_KL,
                                          "reward_margin": margin, "pair_accuracy": 0.0}, abs=1e-5)
+    # d/d bias of 1.5 * softplus(-margin): -1.5 * sigmoid(-margin) * 0.5 * (d log P((0,)) - d log P(())).
+    sigmoid = 1 / (1 + math.exp(margin))
+    pair_grad = -1.5 * sigmoid * 0.5 * (STOP_GRAD_FIRST - STOP_GRAD_EMPTY) / TEMPERATURE
+    penalty_grad = (STALE_LOG_RATIOS[0] * STOP_GRAD_FIRST + STALE_LOG_RATIOS[1] * STOP_GRAD_EMPTY) / 2 / TEMPERATURE
+    assert stop_bias_grad(reranker, local) == pytest.approx(pair_grad + coef * penalty_grad, abs=1e-5)
 
 
 def test_stale_node_without_behaviour_logprob_is_named(reranker):
