@@ -381,7 +381,8 @@ class TrainConfig:
     (log pi_now - log pi_behaviour)^2 / 2 (`mmrag.rl.losses.behaviour_kl_penalty`), added to its loss. Exactly 0,
     gradient included, on experience drawn by the weights being trained, so only asynchronous runs feel it. At lag 8
     (5 seeds, 60 steps): 0.03 keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18
-    (corrected / not) and test +0.006 / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning
+    (corrected / not) and test +0.006 / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4,
+    0.03: val at the last step +0.19 / +0.13, test +0.031 / +0.036, no window drifted or collapsed
     (docs/LEARNING.md, "A trust region against the drift"). Off by default: lag 1, the default, does not need it,
     and the learning benchmark's distributed runs would change."""
     checkpoint_every: int = 50
