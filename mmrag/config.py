@@ -376,15 +376,16 @@ class TrainConfig:
     """Weight reranker examples drawn by an older policy version by their importance ratio min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
     importance_ratio_cap: float = 2.0
     """Truncation constant of the off-policy importance weight (>= 1; on-policy examples always weigh 1)."""
-    behaviour_kl_coef: NonNegativeFloat = 0.0
+    behaviour_kl_coef: NonNegativeFloat = 0.03
     """Weight of a trust region on the reranker's off-policy updates: the mean over its examples of
     (log pi_now - log pi_behaviour)^2 / 2 (`mmrag.rl.losses.behaviour_kl_penalty`), added to its loss. Exactly 0,
-    gradient included, on experience drawn by the weights being trained, so only asynchronous runs feel it. At lag 8
-    (5 seeds, 60 steps): 0.03 keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18
-    (corrected / not) and test +0.006 / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4,
-    0.03: val at the last step +0.19 / +0.13, test +0.031 / +0.036, no window drifted or collapsed
-    (docs/LEARNING.md, "A trust region against the drift"). Off by default: lag 1, the default, does not need it,
-    and the learning benchmark's distributed runs would change."""
+    gradient included, on experience drawn by the weights being trained, so synchronous and `local-reference` runs
+    are unchanged by it; 0 turns it off. Chosen on val at lag 8 among 0.03, 0.1 and 1 (5 seeds, 60 steps): 0.03
+    keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18 (corrected / not), test +0.006
+    / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4 (5 seeds): val at the last step +0.19 /
+    +0.13, test +0.031 / +0.036, no collapse (4 of 30 windows without); at lag 1, the default (3 seeds): val at the
+    last step +0.15 / +0.03, test +0.010 / +0.033, no collapse (2 of 18 without). docs/LEARNING.md, "A trust region
+    against the drift"."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25

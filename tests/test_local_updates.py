@@ -94,7 +94,7 @@ def test_reranker_policy_loss_on_policy_by_hand_with_importance_ratio_exactly_on
 def test_stale_reranker_selections_are_weighted_by_their_truncated_ratio(reranker, correction):
     # Drawn by version 1; the learner is at version 2. Since then (0,) became 3x and () 0.5x as likely.
     tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
-    cfg = TrainConfig(off_policy_correction=correction, importance_ratio_cap=RATIO_CAP)
+    cfg = TrainConfig(off_policy_correction=correction, importance_ratio_cap=RATIO_CAP, behaviour_kl_coef=0.0)
     local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
     weights = (2.0, 0.5) if correction else (1.0, 1.0)  # ratio 3 truncated at the cap 2
     expected = -(weights[0] * 0.5 * LOGPROB_FIRST - weights[1] * 0.5 * LOGPROB_EMPTY) / 2
@@ -126,7 +126,8 @@ def test_behaviour_kl_penalty_pulls_stale_selections_back_and_leaves_on_policy_o
     assert stop_bias_grad(reranker, local) == pytest.approx(policy_grad + coef * penalty_grad, abs=1e-5)
     # Drawn by the version being trained: value and gradient exactly those without the penalty.
     on_policy = reranker_loss(reranker, [reranker_tree(version=2)], cfg, TEMPERATURE, policy_version=2)
-    plain = reranker_loss(reranker, [reranker_tree(version=2)], TrainConfig(), TEMPERATURE, policy_version=2)
+    plain = reranker_loss(reranker, [reranker_tree(version=2)], TrainConfig(behaviour_kl_coef=0.0), TEMPERATURE,
+                          policy_version=2)
     assert on_policy.loss.item() == plain.loss.item()
     assert on_policy.stats["behaviour_kl"] == 0.0
     assert stop_bias_grad(reranker, on_policy) == stop_bias_grad(reranker, plain)
