@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import assert_same_exported_weights
 
 from cluster.resources import PlanDoesNotFit
+from mmrag.training.export import exported_trainable_weights
 from mmrag.training.metrics_log import read_metrics, step_records
 from mmrag.training.local import train_local
 from pipelines.train import train_distributed
@@ -52,6 +54,23 @@ def test_the_single_process_mode_ends_where_the_distributed_sync_run_ends(distri
             assert a[component]["examples"] == b[component]["examples"]
             assert a[component]["loss"] == pytest.approx(b[component]["loss"], abs=1e-5)
     assert_same_exported_weights(tmp_path, distributed_sync_run)
+
+
+def test_the_default_trust_region_leaves_a_run_without_lag_bit_identical(tiny_config, tmp_path):
+    """`train.behaviour_kl_coef` is on by default, and exactly 0, gradient included, on experience drawn by the
+    weights being trained: a run without lag ends where it ends with the penalty off (so the learning benchmark's
+    `local-reference` figures stand)."""
+    default, off = tiny_config(tmp_path / "default"), tiny_config(tmp_path / "off", "train.behaviour_kl_coef=0")
+    assert default.train.behaviour_kl_coef > 0
+    train_local(default, progress=False)
+    train_local(off, progress=False)
+    with_penalty, without = step_records(tmp_path / "default"), step_records(tmp_path / "off")
+    assert any(r["reranker"]["examples"] for r in with_penalty), "the test needs reranker updates"
+    for a, b in zip(with_penalty, without, strict=True):
+        assert a["reranker"]["loss"] == b["reranker"]["loss"] and a["reranker"]["behaviour_kl"] == 0.0
+    expected, actual = (exported_trainable_weights(tmp_path / run / "export") for run in ("off", "default"))
+    assert expected.keys() == actual.keys()
+    assert all(torch.equal(actual[name], tensor) for name, tensor in expected.items())
 
 
 def test_an_asynchronous_run_keeps_its_lag_within_the_bound(ray_session, tiny_config, tmp_path):
