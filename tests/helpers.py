@@ -14,13 +14,14 @@ import torch
 from mmrag.training.export import exported_trainable_weights
 
 
-def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Path, atol: float = 1e-5) -> None:
-    """Two runs' exports hold the same trainable weights, to within `atol`."""
+def assert_same_exported_weights(run_dir: str | Path, expected_run_dir: str | Path, atol: float = 1e-5,
+                                 rtol: float = 1e-4) -> None:
+    """Two runs' exports hold the same trainable weights, to within `atol` and `rtol` (both 0: bit for bit)."""
     expected = exported_trainable_weights(Path(expected_run_dir) / "export")
     actual = exported_trainable_weights(Path(run_dir) / "export")
     assert expected.keys() == actual.keys()
     for name, tensor in expected.items():
-        torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(actual[name], tensor, atol=atol, rtol=rtol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def run_in_processes(function: Callable, *calls: tuple) -> list:
