@@ -12,7 +12,8 @@ Per (arm, seed): the test reward, overall and per question kind, the val curve, 
 after step 0, and on val the fraction of one-fact and two-fact questions that keep no document (the gate
 skipping a question that needs evidence), its most over the evaluations. Reports ignored - counted paired by
 seed (mean ± standard error), draws both arms' val curves, writes benchmarks/results/gate_misses_RUN.json
-and its RESULTS.md section gate_misses_RUN (RUN: --run with '-' as '_').
+and its RESULTS.md section gate_misses_RUN (RUN: --run with '-' as '_'; `--json results/NAME.json` names
+both NAME instead, for a probe beside a section already measured).
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ def main() -> None:
                         help="job directories of the arm without the misses (default: runs/gate_misses)")
     parser.add_argument("--baselines-json", type=Path, default=learning.RESULTS_JSON.parent / "baselines.json",
                         help="the fixed baselines on this data (benchmarks.learning checks them)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="per-seed records and pairs; names the RESULTS.md section and the PNG after its stem "
+                             "(default: results/gate_misses_RUN.json)")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report the finished jobs")
     parser.add_argument("--print-only", action="store_true", help="print only; write neither JSON nor RESULTS.md")
     args = parser.parse_args()
@@ -130,8 +134,8 @@ def main() -> None:
     base, _ = learning.runs_for(cfg.train.aggregate)
     if args.run not in base:
         sys.exit(f"gate_misses: --run {args.run!r}: expected one of {', '.join(base)}")
-    name = args.run.replace("-", "_")
-    args.plot, json_path = HERE / f"gate_misses_{name}.png", HERE / "results" / f"gate_misses_{name}.json"
+    json_path = args.json or HERE / "results" / f"gate_misses_{args.run.replace('-', '_')}.json"
+    args.plot = HERE / f"{json_path.stem}.png"
     val, entity_of, _ = learning.held_out_splits(cfg.data.dir, args.baselines_json)
     args.val_count = len(held_out_sample(list(val), args.val_questions))
     plans = {arm: arm_plan(args, arm, out, base[args.run])
