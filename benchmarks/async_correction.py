@@ -4,7 +4,8 @@ Not a test: `python -m benchmarks.async_correction [--config CFG] [--set ...]` f
 with the config's dataset and index built and the fixed baselines measured (`benchmarks.baselines`;
 `benchmarks.learning` needs them). It trains and evaluates, with `benchmarks.learning`'s jobs, only the
 distributed runs of issue 22 item 5: for each lag L of --lags, `async-lagL` (`train.off_policy_correction`
-on) and `async-lagL-uncorrected` (off), and for each --reranker-lr X the same pair at --probe-lag with
+on) and `async-lagL-uncorrected` (off), as `benchmarks.learning` defines them (it runs lags 4 and 8; any lag
+here), and for each --reranker-lr X the same pair at --probe-lag with
 `reranker.lr=X` (`async-lagL-rrX`), for each --behaviour-kl C with `train.behaviour_kl_coef=C` (`async-lagL-klC`),
 every run over the same seeds. Job directories in --out are shared
 with `benchmarks.learning` (a job finished there with the same commands is reused, either way).
@@ -52,22 +53,17 @@ def probe_run(tag: str, value: str, lag: int) -> str:
     return f"async-lag{lag}-{tag}{value}"
 
 
-def correction_runs(base: dict[str, list[str]], lags: list[int], probes: list[tuple[str, str]],
-                    probe_lag: int) -> dict[str, list[str]]:
-    """Run -> config overrides: `benchmarks.learning`'s async pair per lag, then a pair per probe (tag, value) at
-    `probe_lag`, the default-lr pair's overrides plus the probe's key set to its value."""
+def correction_runs(lags: list[int], probes: list[tuple[str, str]], probe_lag: int) -> dict[str, list[str]]:
+    """Run -> config overrides: `benchmarks.learning`'s async pair per lag (any lag: the pair it defines for its
+    own), then a pair per probe (tag, value) at `probe_lag`, that lag's pair with the probe's key set to its value."""
     runs = {}
     for lag in lags:
-        for name in (f"async-lag{lag}", f"async-lag{lag}{UNCORRECTED}"):
-            if name not in base:
-                sys.exit(f"async_correction: --lags {lag}: benchmarks.learning defines async runs for lags "
-                         f"{', '.join(str(lag) for lag in learning.LAGS)} only")
-            runs[name] = base[name]
+        runs.update({name: sets for name, (sets, _) in learning.async_pair(lag).items()})
     for tag, value in probes:
-        for suffix, correction in (("", "true"), (UNCORRECTED, "false")):
-            runs[probe_run(tag, value, probe_lag) + suffix] = [
-                *learning.DISTRIBUTED, f"train.max_policy_lag={probe_lag}",
-                f"train.off_policy_correction={correction}", f"{PROBES[tag]}={value}"]
+        pair = learning.async_pair(probe_lag)
+        for suffix in ("", UNCORRECTED):
+            sets, _ = pair[f"async-lag{probe_lag}{suffix}"]
+            runs[probe_run(tag, value, probe_lag) + suffix] = [*sets, f"{PROBES[tag]}={value}"]
     return runs
 
 
@@ -192,7 +188,8 @@ def main() -> None:
                         help="config override for every run (repeatable), e.g. data.dir=D")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="train.seed values")
     parser.add_argument("--lags", type=int, nargs="*", default=list(learning.LAGS),
-                        help="train.max_policy_lag of the default-lr pairs (default: 4 8)")
+                        help="train.max_policy_lag of the pairs as configured, any lag "
+                             "(default: 4 8, benchmarks.learning's)")
     parser.add_argument("--reranker-lr", nargs="*", default=[], metavar="LR",
                         help="also a pair at --probe-lag with reranker.lr=LR, for each LR given")
     parser.add_argument("--behaviour-kl", nargs="*", default=[], metavar="COEF",
@@ -220,9 +217,8 @@ def main() -> None:
         cfg = load_config(resolve_config(args.config), args.set)
     except ConfigError as exc:
         sys.exit(f"async_correction: {exc}")
-    base, _ = learning.runs_for(cfg.train.aggregate)
     args.probes = [("rr", lr) for lr in args.reranker_lr] + [("kl", coef) for coef in args.behaviour_kl]
-    args.run_sets = correction_runs(base, args.lags, args.probes, args.probe_lag)
+    args.run_sets = correction_runs(args.lags, args.probes, args.probe_lag)
     args.runs = list(args.run_sets)
     args.run_seeds = {run: list(args.seeds) for run in args.runs}
     args.steps = args.steps or cfg.train.steps

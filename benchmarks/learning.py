@@ -85,12 +85,20 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
     }
     for lag in LAGS:
-        runs[f"async-lag{lag}"] = ([*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=true"],
-                                   f"distributed, lag {lag}, corrected")
-        runs[f"async-lag{lag}-uncorrected"] = ([*DISTRIBUTED, f"train.max_policy_lag={lag}",
-                                                "train.off_policy_correction=false"],
-                                               f"distributed, lag {lag}, no correction")
+        runs.update(async_pair(lag))
     return {run: sets for run, (sets, _) in runs.items()}, {run: what for run, (_, what) in runs.items()}
+
+
+def async_pair(lag: int) -> dict[str, tuple[list[str], str]]:
+    """`async-lagL` and `async-lagL-uncorrected` -> (config overrides, description): distributed at lag L, the
+    off-policy correction on and off, nothing else apart."""
+    return {
+        f"async-lag{lag}": ([*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=true"],
+                            f"distributed, lag {lag}, corrected"),
+        f"async-lag{lag}-uncorrected": (
+            [*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=false"],
+            f"distributed, lag {lag}, no correction"),
+    }
 
 
 DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",

@@ -12,8 +12,7 @@ from benchmarks.off_policy_drift import drift_windows, main, summary
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():
-    base, _ = runs_for("mean")
-    runs = correction_runs(base, [4, 8], [("rr", "3e-2"), ("kl", "1")], probe_lag=8)
+    runs = correction_runs([4, 8], [("rr", "3e-2"), ("kl", "1")], probe_lag=8)
     assert list(runs) == ["async-lag4", "async-lag4-uncorrected", "async-lag8", "async-lag8-uncorrected",
                           "async-lag8-rr3e-2", "async-lag8-rr3e-2-uncorrected", "async-lag8-kl1",
                           "async-lag8-kl1-uncorrected"]
@@ -47,10 +46,16 @@ def test_each_probe_run_pairs_with_the_run_it_varies_by_seed():
     assert test.n == 2 and test.differences == pytest.approx((0.1, 0.0))  # seeds 1 and 2 only
 
 
-def test_a_lag_benchmark_learning_does_not_define_is_refused():
+def test_the_pairs_are_benchmark_learnings_at_its_lags_and_built_alike_at_any_other():
+    """Job directories are shared with benchmarks.learning: a pair of its lags must be its very commands, and a
+    probe at lag 1 must vary the lag-1 pair trained beside it, so the tool pairs the two by seed."""
     base, _ = runs_for("mean")
-    with pytest.raises(SystemExit, match="--lags 2"):
-        correction_runs(base, [2], [], probe_lag=8)
+    runs = correction_runs([4, 1], [("kl", "0")], probe_lag=1)
+    assert runs["async-lag4"] == base["async-lag4"] and runs["async-lag4-uncorrected"] == base["async-lag4-uncorrected"]
+    assert [s for s in runs["async-lag1"] if "lag" not in s] == [s for s in base["async-lag4"] if "lag" not in s]
+    assert "train.max_policy_lag=1" in runs["async-lag1-uncorrected"]
+    assert set(runs["async-lag1-kl0"]) - set(runs["async-lag1"]) == {"train.behaviour_kl_coef=0"}
+    assert probe_bases([("kl", "0")], probe_lag=1)["async-lag1-kl0"] == "async-lag1"
 
 
 def test_the_reranker_lag_is_the_learner_version_minus_the_version_that_sampled_the_selections():
