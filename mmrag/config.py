@@ -383,8 +383,8 @@ class TrainConfig:
     are unchanged by it; 0 turns it off. Chosen on val at lag 8 among 0.03, 0.1 and 1 (5 seeds, 60 steps): 0.03
     keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18 (corrected / not), test +0.006
     / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4 (5 seeds): val at the last step +0.19 /
-    +0.13, test +0.031 / +0.036, no collapse (4 of 30 windows without); at lag 1, the default (3 seeds): val at the
-    last step +0.15 / +0.03, test +0.010 / +0.033, no collapse (2 of 18 without). docs/LEARNING.md, "A trust region
+    +0.13, test +0.031 / +0.036, no collapse (4 of 30 windows without); at lag 1, the default (5 seeds): val at the
+    last step +0.18 / +0.05, test +0.031 / +0.033, no collapse (3 of 30 windows without). docs/LEARNING.md, "A trust region
     against the drift"."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
