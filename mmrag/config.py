@@ -384,8 +384,8 @@ class TrainConfig:
     keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18 (corrected / not), test +0.006
     / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4 (5 seeds): val at the last step +0.19 /
     +0.13, test +0.031 / +0.036, no collapse (4 of 30 windows without); at lag 1, the default (5 seeds): val at the
-    last step +0.18 / +0.05, test +0.031 / +0.033, no collapse (3 of 30 windows without). docs/LEARNING.md, "A trust region
-    against the drift"."""
+    last step +0.18 / +0.05, test +0.031 / +0.033, no collapse (3 of 30 windows without). docs/LEARNING.md, "A
+    trust region against the drift"."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25

@@ -51,7 +51,8 @@ def test_the_pairs_are_benchmark_learnings_at_its_lags_and_built_alike_at_any_ot
     probe at lag 1 must vary the lag-1 pair trained beside it, so the tool pairs the two by seed."""
     base, _ = runs_for("mean")
     runs = correction_runs([4, 1], [("kl", "0")], probe_lag=1)
-    assert runs["async-lag4"] == base["async-lag4"] and runs["async-lag4-uncorrected"] == base["async-lag4-uncorrected"]
+    assert {name: runs[name] for name in ("async-lag4", "async-lag4-uncorrected")} == \
+        {name: base[name] for name in ("async-lag4", "async-lag4-uncorrected")}
     assert [s for s in runs["async-lag1"] if "lag" not in s] == [s for s in base["async-lag4"] if "lag" not in s]
     assert "train.max_policy_lag=1" in runs["async-lag1-uncorrected"]
     assert set(runs["async-lag1-kl0"]) - set(runs["async-lag1"]) == {"train.behaviour_kl_coef=0"}
