@@ -33,7 +33,8 @@ from pathlib import Path
 
 from benchmarks import learning
 from benchmarks.learning_report import Paired, mean_curves, paired_difference, plot_curves
-from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
+from benchmarks.results import (config_in_words, machine, markdown_table, portable_assignment, publish_figures,
+                                seeds_in_words)
 from mmrag.config import ConfigError, load_config
 from mmrag.presets import resolve_config
 from mmrag.training.evaluate import held_out_sample
@@ -157,7 +158,8 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, probes: d
     partial = f"**Partial: not finished: {', '.join(unfinished)}.** " if unfinished else ""
     return (
         f"## Off-policy correction under asynchronous training: "
-        f"{pairs_in_words(args.lags, args.probes, args.probe_lag)} ({datetime.date.today()})\n\n{partial}"
+        f"{pairs_in_words(args.lags, args.probes, args.probe_lag)}, {seeds_in_words(args.seeds)} "
+        f"({datetime.date.today()})\n\n{partial}"
         f"Machine: {machine()}, load average {load[0]:.1f} / {load[1]:.1f} / "
         f"{load[2]:.1f} over 1 / 5 / 15 min at the end (other jobs on the machine included); {args.jobs} job(s) at a "
         f"time, one torch thread. Config "

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from benchmarks import learning
 from benchmarks.learning_report import Paired, Spread, mean_curves, paired_difference, plot_curves
-from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
+from benchmarks.results import (config_in_words, machine, markdown_table, portable_assignment, portable_overrides,
+                                publish_figures, seeds_in_words)
 from mmrag.config import ConfigError, load_config
 from mmrag.presets import resolve_config
 from mmrag.training.evaluate import held_out_sample
@@ -84,7 +85,8 @@ def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Pair
                   *(f"{r['val_kept_none_max'][kind]:.2f}" for kind in FACT_KINDS)] for r in records]
     partial = f"**Partial: not finished: {', '.join(unfinished)}.** " if unfinished else ""
     return (
-        f"## The retrieval gate without the misses: {args.run}, {args.steps} steps ({datetime.date.today()})\n\n"
+        f"## The retrieval gate without the misses: {args.run}, {args.steps} steps, {seeds_in_words(args.seeds)}"
+        f"{', ' + portable_overrides(args.set) if args.set else ''} ({datetime.date.today()})\n\n"
         f"{partial}Machine: {machine()}. Config {config_in_words(args.config, args.set)}; run `{args.run}` of "
         f"`benchmarks.learning`, {args.steps} steps, seeds {list(args.seeds)}, once as configured (misses counted) "
         "and once with `train.gate_learns_from_misses=false` (misses ignored: a query none of whose leaves earns "

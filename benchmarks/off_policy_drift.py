@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import async_correction, learning
-from benchmarks.results import machine, markdown_table, publish_figures
+from benchmarks.results import machine, markdown_table, publish_figures, seeds_in_words
 from mmrag.training.metrics_log import read_metrics
 
 RESULTS_JSON = learning.RESULTS_JSON.parent / "off_policy_drift.json"
@@ -88,7 +88,8 @@ def main() -> None:
                               f"{r['gold_selected_change']:+.2f}", f"{r['below_best']:.2f}"] for r in drifted]
                             ) if drifted else "None."
     report = "\n".join([
-        f"## Off-policy drift before the ranking collapses: {', '.join(plan)} ({figures['date']})", "",
+        f"## Off-policy drift before the ranking collapses: {', '.join(plan)}, "
+        f"{seeds_in_words({seed for seeds in plan.values() for seed in seeds})} ({figures['date']})", "",
         f"Machine: {figures['machine']}. `python -m benchmarks.off_policy_drift`: the job directories of "
         f"`benchmarks.async_correction` (runs and seeds of results/{args.async_json.name}), nothing trained. A window is "
         "the steps between two val evaluations (200 val questions); its ratio is the median over its steps of the "

@@ -69,6 +69,12 @@ def portable_overrides(assignments: list[str]) -> str:
     return " ".join(portable_assignment(assignment) for assignment in assignments)
 
 
+def seeds_in_words(seeds) -> str:
+    """`seeds 3, 4`: a section heading names its seeds, so two invocations over other seeds of the same runs write
+    two sections that tell themselves apart."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(str(seed) for seed in sorted(seeds))}"
+
+
 def config_in_words(config: str | None, assignments: list[str]) -> str:
     """The config a report ran with: the file or preset (or the embedded defaults) and its portable overrides."""
     return " ".join(filter(None, [config or "(embedded defaults)", portable_overrides(assignments)]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import results
-from benchmarks.results import MachineSpecificPath, machine_specific_paths, portable, publish
+from benchmarks.results import MachineSpecificPath, machine_specific_paths, portable, publish, seeds_in_words
 
 
 def test_results_md_names_no_machine_specific_path():
@@ -82,3 +82,8 @@ def test_figures_are_written_even_when_the_report_is_refused(tmp_path, monkeypat
 def test_every_report_names_the_machine_alike_and_the_load_only_when_asked():
     assert results.machine().endswith(f", {os.cpu_count()} logical cores")
     assert results.machine(with_load=True).startswith(results.machine() + ", load average ")
+
+
+def test_a_heading_names_its_seeds_so_two_invocations_over_other_seeds_write_two_sections():
+    assert seeds_in_words([4, 3]) == "seeds 3, 4"
+    assert seeds_in_words({0}) == "seed 0"
