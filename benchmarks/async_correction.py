@@ -8,7 +8,7 @@ on) and `async-lagL-uncorrected` (off), as `benchmarks.learning` defines them (i
 here), and for each --reranker-lr X the same pair at --probe-lag with
 `reranker.lr=X` (`async-lagL-rrX`), for each --behaviour-kl C with `train.behaviour_kl_coef=C` (`async-lagL-klC`),
 every run over the same seeds. Job directories in --out are shared
-with `benchmarks.learning` (a job finished there with the same commands is reused, either way).
+with `benchmarks.learning` (a job finished there with the same commands and config is reused, either way).
 
 Per (run, seed) it records the test reward, the val curve (what any choice is judged on), the realised
 policy lag (`policy_lag`: the learner's version minus the oldest sampling version in the batch, which is

@@ -5,7 +5,7 @@ Not a test: `python -m benchmarks.gate_misses --run local-reference --steps 120`
 measured (as for `benchmarks.learning`). It trains and evaluates, with `benchmarks.learning`'s jobs, one of
 its runs twice per seed: as configured, the misses counted (job directories in --counted-out), and with
 `train.gate_learns_from_misses=false`, the misses ignored (--ignored-out). A job finished there with the same
-commands is reused (a `benchmarks.async_correction` directory serves for the async runs). A miss is a query
+commands and config is reused (a `benchmarks.async_correction` directory serves for the async runs). A miss is a query
 none of whose leaves earns reward: both of the gate's arms fail, and their gap is the documents' price alone.
 
 Per (arm, seed): the test reward, overall and per question kind, the val curve, its last and its lowest point
@@ -91,7 +91,8 @@ def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Pair
         f"`benchmarks.learning`, {args.steps} steps, seeds {list(args.seeds)}, once as configured (misses counted) "
         "and once with `train.gate_learns_from_misses=false` (misses ignored: a query none of whose leaves earns "
         "reward gives the gate no signal), same seed same initialisation and data order. Test: greedy exact-match "
-        f"reward of the export (the step best on val) on {'; '.join(f'{q} questions from {e} entities' for q, e in counts)}, "
+        "reward of the export (the step best on val) on "
+        f"{'; '.join(f'{q} questions from {e} entities' for q, e in counts)}, "
         f"mean ± std over seeds; val: {args.val_count} val questions every {args.eval_every} steps (curves in "
         f"{args.plot.name}), `val min` the lowest evaluation after step 0; `fact kept none` the most, over the "
         "val evaluations, of the fraction of one-fact / two-fact questions keeping no document (mean over seeds).\n\n"

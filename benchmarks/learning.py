@@ -30,7 +30,8 @@ val curves to benchmarks/learning.png, writes them as its section of benchmarks/
 benchmarks/results/learning.json (one record per run and seed; `best_fixed` at the top). Each (run,
 seed) is one job of two processes (train, then evaluate), --jobs at a time with one torch thread
 each, seed-major (every run's first seed before any run's second); a job already finished in --out
-with the same commands is reused, so an interrupted benchmark continues where it stopped, and
+with the same commands and the same resolved config (defaults included: a changed default reruns it)
+is reused, so an interrupted benchmark continues where it stopped, and
 --report-only reports the jobs finished so far (the section then says it is partial).
 """
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -56,7 +58,7 @@ from tqdm import tqdm
 from benchmarks.learning_report import (Spread, by_run, kind_summary, kind_table, mean_curves, paired_difference,
                                         plot_curves, results_table, summarize_runs, targets, targets_table)
 from benchmarks.results import markdown_table, portable_assignment, publish
-from mmrag.config import ConfigError, load_config
+from mmrag.config import ConfigError, config_to_dict, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.presets import resolve_config
 from mmrag.training.evaluate import KIND_FIGURES, held_out_sample
@@ -120,6 +122,8 @@ class Job:
     name: str
     directory: Path
     commands: list[list[str]]
+    config_digest: str
+    """`config_digest` of the config the job trains (or evaluates) with."""
     seconds: list[float] = field(default_factory=list)
 
     @property
@@ -127,17 +131,37 @@ class Job:
         return self.directory / "job.json"
 
     def finished_before(self) -> bool:
-        """Finished in an earlier invocation with exactly these commands (then its seconds are read back)."""
+        """Finished in an earlier invocation with exactly these commands and config (then its seconds are read
+        back). A job marked before markers held the config's digest is reused on its commands alone, said once."""
         if not self.marker.is_file():
             return False
         done = json.loads(self.marker.read_text())
         if done["commands"] != self.commands:
             return False
+        if "config_digest" not in done:
+            if self.name not in _UNCHECKED:
+                _UNCHECKED.add(self.name)
+                print(f"{self.name}: finished before job markers recorded their config; reused on its commands "
+                      "alone", file=sys.stderr)
+        elif done["config_digest"] != self.config_digest:
+            return False
         self.seconds = done["seconds"]
         return True
 
     def mark_finished(self) -> None:
-        self.marker.write_text(json.dumps({"commands": self.commands, "seconds": self.seconds}, indent=2))
+        self.marker.write_text(json.dumps({"commands": self.commands, "config_digest": self.config_digest,
+                                           "seconds": self.seconds}, indent=2))
+
+
+_UNCHECKED: set[str] = set()
+"""Jobs reused without a config digest, already said (`Job.finished_before` runs several times per job)."""
+
+
+def config_digest(config: str, sets: list[str]) -> str:
+    """sha256 of the whole config that `--config CONFIG --set ...` resolves to, defaults and the config file's
+    content included: what the command line does not show (a changed default leaves every command as it was)."""
+    resolved = config_to_dict(load_config(resolve_config(config), sets))
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass
@@ -161,7 +185,7 @@ def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[
     directory = args.out / "baselines"
     baselines = Job("baselines", directory, [module_command(
         "pipelines.eval", args, [], "--local", "--split", "test", "--settings", ",".join(BASELINES),
-        "--out", str(directory / "eval_test"), *limit)])
+        "--out", str(directory / "eval_test"), *limit)], config_digest(args.config, args.set))
     runs = {}
     pairs = sorted(((run, seed) for run in args.runs for seed in args.run_seeds[run]),
                    key=lambda pair: (args.run_seeds[pair[0]].index(pair[1]), args.runs.index(pair[0])))
@@ -174,7 +198,8 @@ def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[
         evaluate = module_command("pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
                                   "--settings", "trained", "--checkpoint", str(directory / "export"),
                                   "--out", str(directory / "eval_test"), *limit)
-        runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate])
+        runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate],
+                              config_digest(args.config, [*args.set, *sets]))
     return baselines, runs
 
 
@@ -353,7 +378,8 @@ def report(args: argparse.Namespace, records: list[dict], baselines: list[dict],
         f"## Learning on the test split, {args.steps} steps ({datetime.date.today()})\n\n{partial}"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
         f"each; this invocation {wall_minutes:.0f} min, the reported jobs "
-        f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
+        f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. "
+        f"Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
         f"{args.steps} steps of {load_config(resolve_config(args.config), args.set).train.questions_per_step} "
         f"questions; seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)} (train.seed: "
         "initialisation, sampling, data order; the data are the same for every run). Every figure is greedy "
