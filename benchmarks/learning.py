@@ -139,10 +139,10 @@ class Job:
         if done["commands"] != self.commands:
             return False
         if "config_digest" not in done:
-            if self.name not in _UNCHECKED:
-                _UNCHECKED.add(self.name)
-                print(f"{self.name}: finished before job markers recorded their config; reused on its commands "
-                      "alone", file=sys.stderr)
+            if self.directory not in _UNCHECKED:
+                _UNCHECKED.add(self.directory)
+                print(f"{self.directory}: finished before job markers recorded their config; reused on its "
+                      "commands alone", file=sys.stderr)
         elif done["config_digest"] != self.config_digest:
             return False
         self.seconds = done["seconds"]
@@ -153,7 +153,7 @@ class Job:
                                            "seconds": self.seconds}, indent=2))
 
 
-_UNCHECKED: set[str] = set()
+_UNCHECKED: set[Path] = set()
 """Jobs reused without a config digest, already said (`Job.finished_before` runs several times per job)."""
 
 

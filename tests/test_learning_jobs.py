@@ -51,4 +51,6 @@ def test_a_job_marked_before_markers_held_a_config_digest_is_reused_on_its_comma
     run.directory.mkdir(parents=True)
     run.marker.write_text(json.dumps({"commands": run.commands, "seconds": [60.0, 30.0]}))
     assert run.finished_before() and run.seconds == [60.0, 30.0]
-    assert "local-reference/seed-0: finished before job markers recorded their config" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"{run.directory}: finished before job markers recorded their config" in said
+    assert run.finished_before() and capsys.readouterr().err == "", "said once per job"
