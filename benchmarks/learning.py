@@ -157,7 +157,7 @@ _UNCHECKED: set[Path] = set()
 """Jobs reused without a config digest, already said (`Job.finished_before` runs several times per job)."""
 
 
-def config_digest(config: str, sets: list[str]) -> str:
+def config_digest(config: str | None, sets: list[str]) -> str:
     """sha256 of the whole config that `--config CONFIG --set ...` resolves to, defaults and the config file's
     content included: what the command line does not show (a changed default leaves every command as it was)."""
     resolved = config_to_dict(load_config(resolve_config(config), sets))
