@@ -358,7 +358,7 @@ class TrainConfig:
     and the best-val export lands anywhere (test, 5 seeds, 300 steps: 79-100 % against 100 % on every seed). Early
     on it skips some two-fact questions too, whose every ranking draw fails; that cost is gone by 300 steps
     (docs/LEARNING.md, "What steadies the gate")."""
-    gate_learns_from_misses: bool = True
+    gate_learns_from_misses: bool = False
     """With `reranker.gate`: whether a query none of whose leaves earns any reward gives the gate a signal. There
     both arms fail and their gap is the documents' price alone, which says nothing of which arm answers; when the
     ranking goes through a bad patch, every fact question is such a query and the gate learns to skip them (as

@@ -229,7 +229,8 @@ def test_a_query_no_leaf_answers_teaches_the_gate_to_skip_only_while_misses_coun
     torch.manual_seed(0)
     gated = AdaptiveReranker.from_config(dataclasses.replace(reranker_config(), gate=True), zoo_dir)
     missed, answered = gate_only_tree(0.0), gate_only_tree(1.0)
-    counted = reranker_loss(gated, [missed], TrainConfig(), TEMPERATURE, policy_version=1)
+    counted = reranker_loss(gated, [missed], TrainConfig(gate_learns_from_misses=True), TEMPERATURE,
+                            policy_version=1)
     assert counted.examples == 1 and counted.stats["gate_skip_wins"] == 1.0
     assert counted.loss.item() == pytest.approx(-math.log(0.15), abs=1e-5)  # a price of one unit weighs fully
     left_out = TrainConfig(gate_learns_from_misses=False)
