@@ -3,10 +3,10 @@
 Not a test: `python -m benchmarks.gate_misses --run local-reference --steps 120` (or `--run async-lag4
 --steps 60`) from the repository root, with the config's dataset and index built and the fixed baselines
 measured (as for `benchmarks.learning`). It trains and evaluates, with `benchmarks.learning`'s jobs, one of
-its runs twice per seed: as configured, the misses counted (job directories in --counted-out), and with
-`train.gate_learns_from_misses=false`, the misses ignored (--ignored-out). A job finished there with the same
-commands and config is reused (a `benchmarks.async_correction` directory serves for the async runs). A miss is a query
-none of whose leaves earns reward: both of the gate's arms fail, and their gap is the documents' price alone.
+its runs twice per seed: with `train.gate_learns_from_misses=true`, the misses counted (job directories in
+--counted-out), and with `=false`, the misses ignored (--ignored-out). A job finished there with the same
+commands and config is reused. A miss is a query none of whose leaves earns reward: both of the gate's arms
+fail, and their gap is the documents' price alone.
 
 Per (arm, seed): the test reward, overall and per question kind, the val curve, its last and its lowest point
 after step 0, and on val the fraction of one-fact and two-fact questions that keep no document (the gate
@@ -36,8 +36,10 @@ from mmrag.training.evaluate import held_out_sample
 from mmrag.training.metrics_log import read_metrics
 
 HERE = Path(__file__).resolve().parent
-ARMS = {"misses counted": [], "misses ignored": ["train.gate_learns_from_misses=false"]}
-"""Arm -> the overrides it adds to every job's."""
+ARMS = {"misses counted": ["train.gate_learns_from_misses=true"],
+        "misses ignored": ["train.gate_learns_from_misses=false"]}
+"""Arm -> the overrides it adds to every job's. Both named: a job directory of either arm then never passes for
+the other's when the default changes (it did: counted until 2026-12-07)."""
 KINDS = ("visual", "one-fact", "two-fact")
 FACT_KINDS = ("one-fact", "two-fact")
 PAIRED_FIGURES = ("trained", "val_final", "val_min", *(f"{kind} reward" for kind in KINDS))
@@ -88,10 +90,10 @@ def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Pair
         f"## The retrieval gate without the misses: {args.run}, {args.steps} steps, {seeds_in_words(args.seeds)}"
         f"{', ' + portable_overrides(args.set) if args.set else ''} ({datetime.date.today()})\n\n"
         f"{partial}Machine: {machine()}. Config {config_in_words(args.config, args.set)}; run `{args.run}` of "
-        f"`benchmarks.learning`, {args.steps} steps, seeds {list(args.seeds)}, once as configured (misses counted) "
-        "and once with `train.gate_learns_from_misses=false` (misses ignored: a query none of whose leaves earns "
-        "reward gives the gate no signal), same seed same initialisation and data order. Test: greedy exact-match "
-        "reward of the export (the step best on val) on "
+        f"`benchmarks.learning`, {args.steps} steps, seeds {list(args.seeds)}, once with "
+        "`train.gate_learns_from_misses=true` (misses counted) and once with `=false` (misses ignored: a query "
+        "none of whose leaves earns reward gives the gate no signal), same seed same initialisation and data "
+        "order. Test: greedy exact-match reward of the export (the step best on val) on "
         f"{'; '.join(f'{q} questions from {e} entities' for q, e in counts)}, "
         f"mean ± std over seeds; val: {args.val_count} val questions every {args.eval_every} steps (curves in "
         f"{args.plot.name}), `val min` the lowest evaluation after step 0; `fact kept none` the most, over the "
@@ -118,8 +120,8 @@ def main() -> None:
     parser.add_argument("--val-questions", type=int, default=200,
                         help="val questions per evaluation, at even strides over the split (default: 200)")
     parser.add_argument("--jobs", type=int, default=2, help="jobs at a time (default: 2)")
-    parser.add_argument("--counted-out", type=Path, default=Path("runs/learning"),
-                        help="job directories of the arm as configured (default: runs/learning)")
+    parser.add_argument("--counted-out", type=Path, default=Path("runs/gate_misses_counted"),
+                        help="job directories of the arm with the misses (default: runs/gate_misses_counted)")
     parser.add_argument("--ignored-out", type=Path, default=Path("runs/gate_misses"),
                         help="job directories of the arm without the misses (default: runs/gate_misses)")
     parser.add_argument("--baselines-json", type=Path, default=learning.RESULTS_JSON.parent / "baselines.json",

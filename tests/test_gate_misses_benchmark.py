@@ -20,7 +20,8 @@ def test_the_two_arms_run_benchmark_learnings_jobs_differing_in_the_gate_flag_al
         other = ignored[1][key]
         assert job.directory == tmp_path / "counted" / "async-lag4" / f"seed-{key[1]}"
         train, flagged = (" ".join(j.commands[0]).replace(str(j.directory), "RUN") for j in (job, other))
-        assert flagged == train.replace("--set data.dir=D", "--set data.dir=D --set train.gate_learns_from_misses=false")
+        assert "--set train.gate_learns_from_misses=true" in train, "named, whatever the default"
+        assert flagged == train.replace("gate_learns_from_misses=true", "gate_learns_from_misses=false")
         assert "train.max_policy_lag=4" in train and "train.steps=60" in train
 
 

@@ -33,13 +33,13 @@ def test_a_finished_job_is_reused_when_its_commands_and_config_are_unchanged(tmp
 
 def test_a_job_whose_commands_are_unchanged_but_whose_config_changed_is_run_again(tmp_path):
     """What a changed default does: the same command lines resolve to another config (here the config file's
-    content changes under the same path), so the finished job measured something else."""
+    content changes under the same path: a document costs more), so the finished job measured something else."""
     config = tmp_path / "config.yaml"
     text = (ROOT / "configs/local.yaml").read_text()
     config.write_text(text)
     for job in _plan(config, tmp_path / "out"):
         _finish(job)
-    config.write_text(text.replace("train:\n", "train:\n  gate_learns_from_misses: false\n", 1))
+    config.write_text(text.replace("train:\n", "train:\n  doc_cost: 0.5\n", 1))
     baseline, run = _plan(config, tmp_path / "out")
     assert not run.finished_before() and not baseline.finished_before()
 
