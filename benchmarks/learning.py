@@ -15,6 +15,7 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   aggregate-<other>       train.aggregate set to the rule the config does not use (mean <-> max)
   translator-only         reranker frozen
   reranker-only           translator frozen
+  reranker-only-shared    reranker-only with shared reward (the ranking's baseline is the batch's, not the query's)
   shuffled                rewards permuted across the batch (control)
   no-gate                 local-reference without the retrieval gate (STOP alone decides how many to keep)
   gate-regret             the gate's loss weighing each query by its regret (`train.gate_gap_unit` unset)
@@ -81,6 +82,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         f"aggregate-{other}": ([*LOCAL, f"train.aggregate={other}"], f"translator value: {other} of its leaves"),
         "translator-only": ([*LOCAL, "train.train_reranker=false"], "reranker frozen"),
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
+        "reranker-only-shared": ([*LOCAL, "train.train_translator=false", "train.credit=shared"],
+                                 "translator frozen, shared reward"),
         "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
         "no-gate": ([*LOCAL, "reranker.gate=false"], "reward backprop, STOP alone"),
         "gate-regret": ([*LOCAL, "train.gate_gap_unit=null"], "gate's loss weighed by the regret"),
@@ -104,7 +107,7 @@ def async_pair(lag: int) -> dict[str, tuple[list[str], str]]:
 
 
 DEFAULT_RUNS = ("local-reference", "component-level", "shared-reward", "aggregate", "translator-only", "reranker-only",
-                "shuffled", "no-gate", "gate-regret",
+                "reranker-only-shared", "shuffled", "no-gate", "gate-regret",
                 *(f"async-lag{lag}{suffix}" for lag in LAGS for suffix in ("", "-uncorrected")))
 """What runs without --only ("aggregate" standing for the aggregate ablation of the config)."""
 BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "baseline: untrained pipeline",

@@ -179,6 +179,41 @@ def test_the_gates_arms_split_credit_the_ranking_compares_its_draws_alone():
     assert gate_value_gap(root.add(Node("translator"))) is None
 
 
+def gated_queries(skip_reward: float, draws_per_query: dict[str, list[float]]) -> Node:
+    """root -> one query per entry, each with the gate's arms: the empty selection scored `skip_reward` (it reads
+    no evidence, so every query of a question scores alike there) and the ranking's draws."""
+    root = Node("root", payload={"question": "q"})
+    for query, rewards in draws_per_query.items():
+        node = root.add(Node("translator", output=query))
+        node.add(Node("gate", output="skip")).add(Node("reranker", output=(), reward=skip_reward))
+        retrieve = node.add(Node("gate", output="retrieve"))
+        for position, reward in enumerate(rewards):
+            retrieve.add(Node("reranker", output=(position,), reward=reward))
+    return root
+
+
+def test_with_a_gate_shared_reward_changes_only_the_rankings_credit():
+    """Shared reward values a query as the mean of its leaves (the skip arm weighs 1/M), tree backprop as the mean
+    of its two arms (1/2): the values differ, but the skip arm scores alike for every query of a question, so both
+    are one increasing function of the retrieve arm's value, and the translator's pairs and the gate's gaps are the
+    same. What differs is the ranking: tree backprop gives draws that tie with their siblings no signal, shared
+    reward gives them the query's offset from the batch."""
+    draws = {"a": [1.0, 0.0, 0.0], "b": [1.0, 1.0, 0.0], "c": [1.0, 1.0, 1.0]}
+    tree, shared = gated_queries(0.0, draws), gated_queries(0.0, draws)
+    backprop_values(tree)
+    compute_advantages(tree)
+    shared_reward_credit([shared])
+    assert [q.value for q in tree.children] == pytest.approx([1 / 6, 1 / 3, 1 / 2])
+    assert [q.value for q in shared.children] == pytest.approx([1 / 4, 1 / 2, 3 / 4])
+    assert (set(outputs(translator_preference_pairs(tree, 0.0, 10)))
+            == set(outputs(translator_preference_pairs(shared, 0.0, 10))) == {("c", "a"), ("c", "b"), ("b", "a")})
+    assert [gate_value_gap(q) for q in tree.children] == [gate_value_gap(q) for q in shared.children]
+    tied = ranking_draws(tree.children[2]), ranking_draws(shared.children[2])  # query c: every draw answers
+    assert [node.advantage for node in tied[0]] == [0.0] * 3
+    assert [node.advantage for node in tied[1]] == [0.5] * 3  # 1 - the batch's mean leaf, 6 / 12
+    assert len(reranker_policy_examples(tree)) == 6 and len(reranker_policy_examples(shared)) == 9
+
+
 def test_the_gate_loss_fits_the_better_arm_weighted_by_its_worth_and_stays_bounded():
     logits = torch.tensor([0.0, 0.0, 3.0, -30.0], requires_grad=True)
     gaps = torch.tensor([0.5, -0.25, 0.0, -1.0])

@@ -133,9 +133,13 @@ def shared_reward_credit(roots: list[Node]) -> None:
     of the whole batch. Fills `value` and `advantage` on every node (the roots' advantage stays None).
 
     A query drawn once and followed by M selections is M trajectories that each credit it with their
-    own reward; a policy gradient sums them, which is the mean of its leaves: so with `aggregate: mean`
-    the translator's values are tree backprop's, and what differs is the reranker's credit (the whole
-    batch as its baseline instead of the selections drawn for the same query) and every advantage.
+    own reward; a policy gradient sums them, which is the mean of its leaves. Without a retrieval gate that
+    is tree backprop's value with `aggregate: mean`. With one, tree backprop averages the gate's two arms
+    (the skip arm's single leaf weighs 1/2, against 1/M here); but the skip arm reads no evidence and scores
+    alike for every query of a question, so both values rise with the retrieve arm's, and the translator's
+    preference pairs and the gate's gaps are the same. What differs is the ranking's credit: the whole
+    batch as its baseline instead of the draws for the same query, so draws that tie with their siblings,
+    which tree backprop leaves alone, move by their query's offset from the batch.
     """
     batch_leaves = [leaf for root in roots for leaf in leaves(root)]
     unscored = [leaf for leaf in batch_leaves if leaf.reward is None]
