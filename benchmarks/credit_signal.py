@@ -61,7 +61,7 @@ def phase_rows(run: str, seed: int, history: list[dict], phase: int) -> list[dic
     return rows
 
 
-def test_reward(directory: Path) -> float:
+def held_out_reward(directory: Path) -> float:
     """The job's export evaluated greedily on the test split (`mmrag eval`, setting `trained`)."""
     return json.loads((directory / "eval_test" / "metrics.json").read_text())["settings"]["trained"]["reward_mean"]
 
@@ -73,7 +73,7 @@ def measure(runs_dir: Path, phase: int) -> tuple[list[dict], list[dict]]:
         for run, credit in ((shared, "shared"), (tree, "tree")):
             for seed, directory in seed_directories(runs_dir, run, credit):
                 rows += phase_rows(run, seed, read_metrics(directory), phase)
-                tests.append({"run": run, "seed": seed, "test_reward": test_reward(directory)})
+                tests.append({"run": run, "seed": seed, "test_reward": held_out_reward(directory)})
     return rows, tests
 
 
