@@ -10,10 +10,11 @@ the ranking nothing. Shared reward takes it against the batch mean, so every dra
 whose draws tie that signal is the query's offset from the batch, the same whichever ranking was drawn: zero in
 expectation, noise in the gradient.
 
-Per (run, seed) and phase of --phase steps, from each job's metrics.jsonl: the ranking draws that carry a signal
-(the reranker's `examples`) over the leaves per step, the training reward (the rollouts' mean reward), and the
-translator's preference pairs; and each job's test reward (its eval_test). Reports shared - tree paired by seed,
-writes benchmarks/results/credit_signal.json and its RESULTS.md section credit_signal.
+Per (run, seed) and phase of --phase steps, from each job's metrics.jsonl: the fraction of the ranking's draws that
+carry a signal (the reranker's `examples` less the gate's queries, over the leaves less the skip arms), the
+training reward (the rollouts' mean reward) and the translator's preference pairs; and each job's test reward (its
+eval_test). Reports shared - tree paired by seed, writes benchmarks/results/credit_signal.json and its RESULTS.md
+section credit_signal.
 """
 
 from __future__ import annotations
@@ -35,27 +36,39 @@ PAIRS = (("shared-reward", "local-reference"), ("reranker-only-shared", "reranke
 FIGURES = ("signal_fraction", "training_reward", "translator_pairs")
 
 
-def seed_directories(runs_dir: Path, run: str, credit: str) -> list[tuple[int, Path]]:
-    """(seed, directory) of each finished job of `run` (job.json written), checked to train with `credit`."""
+def seed_directories(runs_dir: Path, run: str, credit: str) -> list[tuple[int, Path, dict]]:
+    """(seed, directory, config) of each finished job of `run` (job.json written), checked to train with `credit`."""
     found = []
     for directory in sorted((runs_dir / run).glob("seed-*")):
         if not (directory / "job.json").is_file():
             continue
-        trained_with = json.loads((directory / "config.json").read_text())["train"]["credit"]
-        if trained_with != credit:
-            raise SystemExit(f"{directory}: trained with train.credit={trained_with}, not {credit} as run {run} must")
-        found.append((int(directory.name.removeprefix("seed-")), directory))
+        config = json.loads((directory / "config.json").read_text())
+        if config["train"]["credit"] != credit:
+            raise SystemExit(f"{directory}: trained with train.credit={config['train']['credit']}, not {credit} as "
+                             f"run {run} must")
+        found.append((int(directory.name.removeprefix("seed-")), directory, config))
     return found
 
 
-def phase_rows(run: str, seed: int, history: list[dict], phase: int) -> list[dict]:
-    """One row per phase of `phase` optimiser steps: the means of its training steps' figures."""
+def draws_per_leaf(config: dict) -> float:
+    """The share of a step's leaves that are ranking draws: with the retrieval gate, one of each query's
+    `reranker.num_samples` selections is the skip arm's empty one."""
+    reranker = config["reranker"]
+    return (reranker["num_samples"] - 1) / reranker["num_samples"] if reranker["gate"] else 1.0
+
+
+def phase_rows(run: str, seed: int, history: list[dict], phase: int, draw_share: float) -> list[dict]:
+    """One row per phase of `phase` optimiser steps: the means of its training steps' figures. The reranker's
+    `examples` are its ranking draws with a non-zero advantage plus, with the gate, the queries whose arms differ
+    (their fraction `gate_queries`); `signal_fraction` counts the draws alone, over the step's draws."""
     steps = [r for r in history if "reranker" in r]
     rows = []
     for start in range(0, max(r["step"] for r in steps), phase):
         inside = [r for r in steps if start < r["step"] <= start + phase]
         rows.append({"run": run, "seed": seed, "phase": f"{start + 1}-{start + phase}", "steps": len(inside),
-                     "signal_fraction": statistics.fmean(r["reranker"]["examples"] / r["leaves"] for r in inside),
+                     "signal_fraction": statistics.fmean(
+                         r["reranker"]["examples"] * (1 - r["reranker"].get("gate_queries", 0.0))
+                         / (r["leaves"] * draw_share) for r in inside),
                      "training_reward": statistics.fmean(r["reward_mean"] for r in inside),
                      "translator_pairs": statistics.fmean(r.get("translator", {}).get("examples", 0) for r in inside)})
     return rows
@@ -71,8 +84,8 @@ def measure(runs_dir: Path, phase: int) -> tuple[list[dict], list[dict]]:
     rows, tests = [], []
     for shared, tree in PAIRS:
         for run, credit in ((shared, "shared"), (tree, "tree")):
-            for seed, directory in seed_directories(runs_dir, run, credit):
-                rows += phase_rows(run, seed, read_metrics(directory), phase)
+            for seed, directory, config in seed_directories(runs_dir, run, credit):
+                rows += phase_rows(run, seed, read_metrics(directory), phase, draws_per_leaf(config))
                 tests.append({"run": run, "seed": seed, "test_reward": held_out_reward(directory)})
     return rows, tests
 
@@ -116,7 +129,7 @@ def report(rows: list[dict], tests: list[dict], pairs: list[dict], phase: int) -
         "differs in `train.credit` alone (shared, tree), which with `train.aggregate: mean` changes only the "
         "ranking's baseline (`mmrag.rl.rollout.shared_reward_credit`). Test: greedy reward of the export on the "
         f"test split. Per phase of {phase} steps, mean ± std over seeds of each step's figures: `signal` the "
-        "ranking draws with a non-zero advantage over the leaves (each leaf is one draw, or the gate's skip arm), "
+        "fraction of the ranking's draws with a non-zero advantage (the gate's skip arms and queries apart), "
         "`training reward` the rollouts' mean reward, `translator pairs` the translator's preference pairs.",
         markdown_table(["shared - tree", "test, tree", "test, shared", "shared - tree (same seed)", "per seed"],
                        test_table),

@@ -327,7 +327,8 @@ class TrainConfig:
     """Credit assignment: `tree`, reward backpropagation up the rollout tree (each node against its siblings);
     `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean
     (`mmrag.rl.rollout.shared_reward_credit`; `aggregate` is then unused). On world v2 (5 seeds, 300 steps, test)
-    shared ends 0.016 ± 0.005 below tree, paired, from the ranking's batch baseline (`benchmarks.credit_signal`)."""
+    shared ends 0.016 ± 0.005 below tree, paired, from the ranking's batch baseline (`benchmarks.credit_signal`);
+    with `gate_learns_from_misses` on, level (docs/LEARNING.md)."""
     method: Literal["reward-backprop", "component-level"] = "reward-backprop"
     """`reward-backprop`: the rollout-tree trainer (`train.mode` chooses where it runs); `component-level`: the
     paper's contrast, each component fitted on its own gold labels (`mmrag.training.component_level`: the

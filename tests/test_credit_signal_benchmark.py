@@ -12,16 +12,19 @@ from benchmarks.learning import runs_for
 
 
 def write_job(runs_dir, run, seed, credit, examples, rewards, test_reward, finished=True):
-    """A job directory as benchmarks.learning leaves it: one training record per step (256 leaves each), val
+    """A job directory as benchmarks.learning leaves it: one training record per step (256 leaves: 32 queries of
+    8 selections, one the gate's skip arm; `examples` ranking draws with a signal plus 32 gate queries), val
     evaluations between them, the config it trained with, its test evaluation, job.json when finished."""
     directory = runs_dir / run / f"seed-{seed}"
     (directory / "eval_test").mkdir(parents=True)
     records = [{"step": 0, "eval": {"reward_mean": 0.5}}]
     for step, (count, reward) in enumerate(zip(examples, rewards), start=1):
-        records.append({"step": step, "leaves": 256, "reward_mean": reward, "reranker": {"examples": count},
+        reranker = {"examples": count + 32, "gate_queries": 32 / (count + 32)}
+        records.append({"step": step, "leaves": 256, "reward_mean": reward, "reranker": reranker,
                         **({"translator": {"examples": 10}} if "reranker-only" not in run else {})})
     (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (directory / "config.json").write_text(json.dumps({"train": {"credit": credit}}))
+    (directory / "config.json").write_text(json.dumps({"train": {"credit": credit},
+                                                       "reranker": {"num_samples": 8, "gate": True}}))
     (directory / "eval_test" / "metrics.json").write_text(
         json.dumps({"settings": {"trained": {"reward_mean": test_reward}}}))
     if finished:
@@ -36,15 +39,15 @@ def test_each_pair_differs_in_the_credit_alone_in_benchmark_learning():
 
 def test_signal_per_phase_and_shared_minus_tree_paired_by_seed(tmp_path):
     for seed, offset in ((0, 0.0), (1, 0.1)):
-        write_job(tmp_path, "local-reference", seed, "tree", [192, 128, 64, 64], [0.5, 0.6, 0.7, 0.8], 0.9 + offset)
-        write_job(tmp_path, "shared-reward", seed, "shared", [256, 256, 256, 256], [0.5, 0.5, 0.6, 0.7],
+        write_job(tmp_path, "local-reference", seed, "tree", [168, 112, 56, 56], [0.5, 0.6, 0.7, 0.8], 0.9 + offset)
+        write_job(tmp_path, "shared-reward", seed, "shared", [224, 224, 224, 224], [0.5, 0.5, 0.6, 0.7],
                   0.85 + offset)
-    write_job(tmp_path, "reranker-only", 0, "tree", [128, 128], [0.5, 0.5], 0.9)  # its pair has no shared seed
-    write_job(tmp_path, "reranker-only-shared", 0, "shared", [256, 256], [0.5, 0.5], 0.8, finished=False)
+    write_job(tmp_path, "reranker-only", 0, "tree", [112, 112], [0.5, 0.5], 0.9)  # its pair has no shared seed
+    write_job(tmp_path, "reranker-only-shared", 0, "shared", [224, 224], [0.5, 0.5], 0.8, finished=False)
     rows, tests = measure(tmp_path, phase=2)
     tree = [r for r in rows if r["run"] == "local-reference" and r["seed"] == 0]
     assert [r["phase"] for r in tree] == ["1-2", "3-4"] and [r["steps"] for r in tree] == [2, 2]
-    assert [r["signal_fraction"] for r in tree] == [0.625, 0.25]
+    assert [r["signal_fraction"] for r in tree] == pytest.approx([0.625, 0.25])  # of the 224 draws
     assert [r["training_reward"] for r in tree] == pytest.approx([0.55, 0.75])
     assert {t["run"] for t in tests} == {"local-reference", "shared-reward", "reranker-only"}
     [pair] = pair_differences(rows, tests)
@@ -55,14 +58,14 @@ def test_signal_per_phase_and_shared_minus_tree_paired_by_seed(tmp_path):
 
 
 def test_a_job_trained_with_the_other_credit_is_refused(tmp_path):
-    write_job(tmp_path, "shared-reward", 0, "tree", [256], [0.5], 0.8)
+    write_job(tmp_path, "shared-reward", 0, "tree", [224], [0.5], 0.8)
     with pytest.raises(SystemExit, match="train.credit=tree, not shared"):
         measure(tmp_path, phase=100)
 
 
 def test_the_report_prints_and_nothing_is_written_with_print_only(tmp_path, monkeypatch, capsys):
     for run, credit in (("local-reference", "tree"), ("shared-reward", "shared")):
-        write_job(tmp_path, run, 0, credit, [128, 64], [0.5, 0.6], 0.9)
+        write_job(tmp_path, run, 0, credit, [112, 56], [0.5, 0.6], 0.9)
     written = tmp_path / "never.json"
     monkeypatch.setattr(credit_signal, "RESULTS_JSON", written)
     monkeypatch.setattr(sys, "argv", ["credit_signal", "--runs-dir", str(tmp_path), "--phase", "1", "--print-only"])
