@@ -26,6 +26,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
+from benchmarks.learning import evaluated
 from benchmarks.learning_report import Spread, paired_difference
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.training.metrics_log import read_metrics
@@ -76,7 +77,8 @@ def phase_rows(run: str, seed: int, history: list[dict], phase: int, draw_share:
 
 def held_out_reward(directory: Path) -> float:
     """The job's export evaluated greedily on the test split (`mmrag eval`, setting `trained`)."""
-    return json.loads((directory / "eval_test" / "metrics.json").read_text())["settings"]["trained"]["reward_mean"]
+    settings, _, _ = evaluated(directory / "eval_test")
+    return settings["trained"]["reward_mean"]
 
 
 def measure(runs_dir: Path, phase: int) -> tuple[list[dict], list[dict]]:

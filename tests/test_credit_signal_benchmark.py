@@ -26,7 +26,8 @@ def write_job(runs_dir, run, seed, credit, examples, rewards, test_reward, finis
     (directory / "config.json").write_text(json.dumps({"train": {"credit": credit},
                                                        "reranker": {"num_samples": 8, "gate": True}}))
     (directory / "eval_test" / "metrics.json").write_text(
-        json.dumps({"settings": {"trained": {"reward_mean": test_reward}}}))
+        json.dumps({"settings": {"trained": {"reward_mean": test_reward}}, "by_kind": {"trained": {}}}))
+    (directory / "eval_test" / "predictions.jsonl").write_text(json.dumps({"id": "q0"}) + "\n")
     if finished:
         (directory / "job.json").write_text("{}")
 

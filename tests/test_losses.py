@@ -154,15 +154,23 @@ def test_reranker_examples_from_a_scored_tree():
     assert loss.item() == pytest.approx(expected, abs=1e-6)
 
 
+def gated_queries(skip_reward: float, draws_per_query: dict[str, list[float]]) -> Node:
+    """root -> one query per entry, each with the gate's arms: the empty selection scored `skip_reward` (it reads
+    no evidence, so every query of a question scores alike there) and the ranking's draws."""
+    root = Node("root", payload={"question": "q"})
+    for query, rewards in draws_per_query.items():
+        node = root.add(Node("translator", output=query))
+        node.add(Node("gate", output="skip")).add(Node("reranker", output=(), reward=skip_reward))
+        retrieve = node.add(Node("gate", output="retrieve"))
+        for position, reward in enumerate(rewards):
+            retrieve.add(Node("reranker", output=(position,), reward=reward))
+    return root
+
+
 def gated_question(skip_reward: float, draw_rewards: list[float]) -> tuple[Node, Node]:
     """root -> one query -> the gate's arms: "skip" above the empty selection, "retrieve" above the draws."""
-    root = Node("root", payload={"question": "q"})
-    query = root.add(Node("translator", output="query"))
-    query.add(Node("gate", output="skip")).add(Node("reranker", output=(), reward=skip_reward))
-    retrieve = query.add(Node("gate", output="retrieve"))
-    for position, reward in enumerate(draw_rewards):
-        retrieve.add(Node("reranker", output=(position,), reward=reward))
-    return root, query
+    root = gated_queries(skip_reward, {"query": draw_rewards})
+    return root, root.children[0]
 
 
 def test_the_gates_arms_split_credit_the_ranking_compares_its_draws_alone():
@@ -177,19 +185,6 @@ def test_the_gates_arms_split_credit_the_ranking_compares_its_draws_alone():
     shared_reward_credit([root])  # the skip arm's leaf is never a ranking example, under shared credit either
     assert () not in {node.output for node in reranker_policy_examples(root)}
     assert gate_value_gap(root.add(Node("translator"))) is None
-
-
-def gated_queries(skip_reward: float, draws_per_query: dict[str, list[float]]) -> Node:
-    """root -> one query per entry, each with the gate's arms: the empty selection scored `skip_reward` (it reads
-    no evidence, so every query of a question scores alike there) and the ranking's draws."""
-    root = Node("root", payload={"question": "q"})
-    for query, rewards in draws_per_query.items():
-        node = root.add(Node("translator", output=query))
-        node.add(Node("gate", output="skip")).add(Node("reranker", output=(), reward=skip_reward))
-        retrieve = node.add(Node("gate", output="retrieve"))
-        for position, reward in enumerate(rewards):
-            retrieve.add(Node("reranker", output=(position,), reward=reward))
-    return root
 
 
 def test_with_a_gate_shared_reward_changes_only_the_rankings_credit():
