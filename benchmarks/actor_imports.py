@@ -25,13 +25,13 @@ from benchmarks.results import REPOSITORY, machine, markdown_table, publish_figu
 
 RESULTS_JSON = Path(__file__).with_name("results") / "actor_imports.json"
 ACTOR_MODULES = {
-    "TranslatorActor": "actors.translator",
-    "EncoderActor": "actors.encoder",
-    "RetrievalShard": "actors.retrieval",
-    "RerankerActor": "actors.reranker",
-    "GeneratorActor": "actors.generator",
-    "RewardActor": "actors.reward",
-    "LearnerRank": "actors.learner",
+    "TranslatorActor": "mmrag.actors.translator",
+    "EncoderActor": "mmrag.actors.encoder",
+    "RetrievalShard": "mmrag.actors.retrieval",
+    "RerankerActor": "mmrag.actors.reranker",
+    "GeneratorActor": "mmrag.actors.generator",
+    "RewardActor": "mmrag.actors.reward",
+    "LearnerRank": "mmrag.actors.learner",
 }
 MODEL_LIBRARIES = ("torch", "torchvision", "torch._dynamo", "transformers", "open_clip", "timm", "deepspeed")
 PROBE = """

@@ -185,7 +185,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, probes: d
 def main() -> None:
     signal.signal(signal.SIGTERM, learning.interrupt)  # stop the running job's processes (own sessions) first
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/local.yaml", help="training config (default: configs/local.yaml)")
+    parser.add_argument("--config", default="mmrag/configs/local.yaml", help="training config (default: mmrag/configs/local.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every run (repeatable), e.g. data.dir=D")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="train.seed values")

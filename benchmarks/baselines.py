@@ -24,7 +24,7 @@ from benchmarks.results import config_in_words, machine, markdown_table, portabl
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import best_fixed, fixed_baselines
 from mmrag.training.pipeline import LocalPipeline
-from pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "baselines.json"
 

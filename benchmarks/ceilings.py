@@ -50,7 +50,7 @@ from mmrag.retrieval.hit import Hit
 from mmrag.training.fixed_k import BATCH, K_CHOICES, choose_k, mean_reward_by_k, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
-from pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "ceilings.json"
 KINDS = ("visual", "one-fact", "two-fact")

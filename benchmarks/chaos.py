@@ -48,11 +48,11 @@ import ray
 
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
-from cluster.connect import connect
-from cluster.resources import local_ray_cpus
+from mmrag.cluster.connect import connect
+from mmrag.cluster.resources import local_ray_cpus
 from mmrag.training.metrics_log import step_records
-from pipelines.options import add_config_options, config_from_args
-from pipelines.train import train_distributed
+from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.train import train_distributed
 
 VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor", "GeneratorActor", "RewardActor",
            "LearnerRank")

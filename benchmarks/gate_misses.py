@@ -109,7 +109,7 @@ def report(args: argparse.Namespace, records: list[dict], paired: dict[str, Pair
 def main() -> None:
     signal.signal(signal.SIGTERM, learning.interrupt)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/local.yaml", help="training config (default: configs/local.yaml)")
+    parser.add_argument("--config", default="mmrag/configs/local.yaml", help="training config (default: mmrag/configs/local.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every job of both arms (repeatable)")
     parser.add_argument("--run", default="local-reference",

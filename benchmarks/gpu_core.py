@@ -40,7 +40,7 @@ def build_task(work: Path, steps: int):
                  "encoder.pretrained=zoo:tiny-clip-init", "reranker.backbone_pretrained=zoo:tiny-clip-init",
                  "translator.model=zoo:tiny-lvlm", f"train.steps={steps}", f"train.eval_every={steps}",
                  "train.eval_questions=16"]
-    cfg = load_config(ROOT / "configs/local.yaml", overrides)
+    cfg = load_config(ROOT / "mmrag/configs/local.yaml", overrides)
     generate_dataset(cfg.data.dir, 24, 0)
     build_index(Path(cfg.data.dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, cfg.zoo.cache_dir,
                 progress=False)

@@ -11,7 +11,7 @@ the tokenizer decode to nothing. Model and processor are saved to a temporary di
 and loaded back through the project's own paths, as the GPU preset loads them:
 `QueryTranslator.from_config` (the preset's LoRA) and `build_generator` (backend `hf`).
 
-Settings are the GPU preset's (configs/gpu_qwen2vl.yaml); images are 448x448 synthetic
+Settings are the GPU preset's (mmrag/configs/gpu_qwen2vl.yaml); images are 448x448 synthetic
 ones (`mmrag.data.synth`). Each part runs once on two questions to warm up, then:
 
 * translator sample: `sample` of `translator.num_samples` queries for each of B
@@ -79,7 +79,7 @@ from mmrag.zoo.tiny_lvlm import (TINY_LVLM_IMAGE_SIZE, TINY_TEXT, TINY_VISION, b
                                  qwen2vl_processor)
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "configs/gpu_qwen2vl.yaml"
+PRESET = ROOT / "mmrag/configs/gpu_qwen2vl.yaml"
 RESULTS_JSON = Path(__file__).with_name("results") / "gpu_scale.json"
 TOKENIZER_SOURCE = "zoo:tiny-lvlm"
 QUESTIONS_PER_ENTITY = 8
@@ -458,7 +458,7 @@ def report(results: dict, cfg: Config) -> str:
                             for part, record in parts.items() if part != "translator_dpo_step")
     return (f"## GPU-scale core: the GPU preset's LVLMs at full size, random weights ({results['date']})\n\n"
             f"Machine: {results['machine']}. Device {results['device']}, torch {results['torch_version']}, "
-            f"transformers {results['transformers_version']}, bf16. Settings of configs/gpu_qwen2vl.yaml; "
+            f"transformers {results['transformers_version']}, bf16. Settings of mmrag/configs/gpu_qwen2vl.yaml; "
             f"synthetic images of {sides} px; models built from the public Qwen2-VL "
             f"configurations with random weights (`python -m benchmarks.gpu_scale`).\n\n{table}\n\n"
             "Tokens: generated positions (sample, answer; tokens/s over the seconds inside `generate`, "
@@ -479,7 +479,7 @@ def machine_with_accelerator(device: str) -> str:
 def parse_args() -> argparse.Namespace:
     """The options, or an exit naming the one that cannot be run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Settings come from configs/gpu_qwen2vl.yaml; see the module docstring.")
+                                     epilog="Settings come from mmrag/configs/gpu_qwen2vl.yaml; see the module docstring.")
     parser.add_argument("--translator-size", choices=[*SIZES, "none"],
                         help="model size of the translator parts (default: the GPU preset's translator.model, "
                              "qwen2-vl-2b); none: skip them")

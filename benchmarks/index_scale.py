@@ -36,8 +36,8 @@ import numpy as np
 import ray
 import torch
 
-from actors.index_build import RayRunner
-from actors.retrieval import RetrievalRouter
+from mmrag.actors.index_build import RayRunner
+from mmrag.actors.retrieval import RetrievalRouter
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.dataset import KB_FILE

@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from actors.learner import LearnerGroup
+from mmrag.actors.learner import LearnerGroup
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
-from cluster.connect import connect
-from cluster.resources import local_ray_cpus
-from pipelines.options import add_config_options, config_from_args
+from mmrag.cluster.connect import connect
+from mmrag.cluster.resources import local_ray_cpus
+from mmrag.pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "learner_restart.json"
 

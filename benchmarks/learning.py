@@ -187,7 +187,7 @@ def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[
     limit = ["--limit", str(args.test_limit)] if args.test_limit else []
     directory = args.out / "baselines"
     baselines = Job("baselines", directory, [module_command(
-        "pipelines.eval", args, [], "--local", "--split", "test", "--settings", ",".join(BASELINES),
+        "mmrag.pipelines.eval", args, [], "--local", "--split", "test", "--settings", ",".join(BASELINES),
         "--out", str(directory / "eval_test"), *limit)], config_digest(args.config, args.set))
     runs = {}
     pairs = sorted(((run, seed) for run in args.runs for seed in args.run_seeds[run]),
@@ -197,8 +197,8 @@ def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[
         sets = [*args.run_sets[run], f"train.seed={seed}", f"train.steps={args.steps}",
                 f"train.eval_every={args.eval_every}", f"train.eval_questions={val_questions}",
                 f"train.run_dir={directory}"]
-        train = module_command("pipelines.train", args, sets)
-        evaluate = module_command("pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
+        train = module_command("mmrag.pipelines.train", args, sets)
+        evaluate = module_command("mmrag.pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
                                   "--settings", "trained", "--checkpoint", str(directory / "export"),
                                   "--out", str(directory / "eval_test"), *limit)
         runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate],
@@ -433,7 +433,7 @@ def run_seeds(args: argparse.Namespace) -> dict[str, list[int]]:
 def main() -> None:
     signal.signal(signal.SIGTERM, interrupt)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="configs/local.yaml", help="training config (default: configs/local.yaml)")
+    parser.add_argument("--config", default="mmrag/configs/local.yaml", help="training config (default: mmrag/configs/local.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="config override for every run (repeatable), e.g. data.dir=D")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4],

@@ -31,7 +31,7 @@ from mmrag.training.component_level import gold_candidates, gold_classifier_loss
 from mmrag.training.fixed_k import BATCH
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
-from pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "reranker_heads.json"
 

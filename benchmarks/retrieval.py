@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from actors.retrieval import RetrievalRouter
+from mmrag.actors.retrieval import RetrievalRouter
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import IndexConfig
 from mmrag.retrieval import LocalRetriever

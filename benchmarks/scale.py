@@ -1,6 +1,6 @@
 """How far one driver scales: the stage pool's dispatch from the driver, with simulated (sleeping) replicas.
 
-The driver runs what the streaming rollout runs for every stage call: `actors.pool.ReplicaPool` picks a
+The driver runs what the streaming rollout runs for every stage call: `mmrag.actors.pool.ReplicaPool` picks a
 replica with room (`calls_per_replica` in flight each), the driver `ray.wait`s for any call in flight, settles
 it and submits the next. The replicas are benchmark-only actors that sleep `--call-s` seconds per call, like a
 generator replica whose micro-batch takes that long on its GPU, so the figures are the driver's and Ray's, not
@@ -47,8 +47,8 @@ import pyarrow.parquet as pq
 import ray
 from PIL import Image
 
-from actors.pool import ReplicaPool
-from actors.retrieval import merge_shard_rows
+from mmrag.actors.pool import ReplicaPool
+from mmrag.actors.retrieval import merge_shard_rows
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.data.dataset import QUESTION_SCHEMA, encode_image, load_questions, questions_file
 from mmrag.retrieval.hit import Hit
@@ -70,7 +70,7 @@ RSS_SPLITS = (10_000, 100_000)
 """Train split sizes whose driver start-up RSS is compared."""
 DRIVER_STARTUP = """
 import re, sys
-import pipelines.train  # the trainer's imports, as `mmrag train` has them
+import mmrag.pipelines.train  # the trainer's imports, as `mmrag train` has them
 from mmrag.data.dataset import load_questions
 from mmrag.training.run import QuestionCursor
 cursor = QuestionCursor(load_questions(sys.argv[1], "train"), 0)

@@ -56,14 +56,14 @@ import ray
 import torch
 from ray import serve
 
-from actors.serving.app import pipeline_app, replica_pids
+from mmrag.actors.serving.app import pipeline_app, replica_pids
 from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
 from mmrag.config import Config, load_config
 from mmrag.data.dataset import encode_image, load_questions
 from mmrag.presets import resolve_config
 from mmrag.training.evaluate import greedy_batch
 from mmrag.training.pipeline import LocalPipeline
-from pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.options import add_config_options, config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
 APP = "mmrag-benchmark"
@@ -217,7 +217,7 @@ def deploy(args: argparse.Namespace, overrides: list[str], server: subprocess.Po
         serve.run(pipeline_app(cfg, args.checkpoint), name=APP, route_prefix="/")
         return None
     settings = [item for override in [*args.overrides, *overrides] for item in ("--set", override)]
-    server = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", args.config, "--checkpoint",
+    server = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.serve", "--config", args.config, "--checkpoint",
                                args.checkpoint, "--address", ray.get_runtime_context().gcs_address, "--name", APP,
                                *settings], start_new_session=True, stdout=(logs / "stdout").open("w"),
                               stderr=(logs / "stderr").open("w"))

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.actor_classes import ActorClasses
+from mmrag.actors.actor_classes import ActorClasses
 
 
 @dataclass(frozen=True)

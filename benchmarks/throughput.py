@@ -33,18 +33,18 @@ from pathlib import Path
 
 import ray
 
-from actors.stage_pools import ActorPools
+from mmrag.actors.stage_pools import ActorPools
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.simulated_device import DeviceTime, simulated_actors
-from cluster.connect import connect
+from mmrag.cluster.connect import connect
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
 from mmrag.training.learner import Weights
 from mmrag.training.metrics_log import step_records
 from mmrag.training.streaming import RolloutStream
-from pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.options import add_config_options, config_from_args
 from mmrag.training.local import train_local
-from pipelines.train import train_distributed
+from mmrag.pipelines.train import train_distributed
 
 EFFICIENCY_GENERATOR = DeviceTime(0.200, 0.010)
 SCALING_GENERATOR = DeviceTime(1.000, 0.050)

@@ -1,7 +1,7 @@
 """mmrag: multimodal retrieval-augmented generation trained by reward backpropagation.
 
-Ray-free core: data, models, rollout tree, losses, metrics. Ray lives in `actors/`
-and `pipelines/`.
+Ray-free core: data, models, rollout tree, losses, metrics. Ray lives in `mmrag/actors/`
+and `mmrag/pipelines/`.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Typed configuration: one dataclass per pipeline stage, loaded strictly from YAML.
 
 Every entry point reads a `Config` with `load_config(path, overrides)`. The defaults
-written here are the local scenario (configs/local.yaml adds only its paths). Pydantic
+written here are the local scenario (mmrag/configs/local.yaml adds only its paths). Pydantic
 validates the plain dataclasses: unknown keys, wrong types and values outside a field's
 allowed set are rejected with the full key path (`train.dpo_beta: expected float, got
 'abc'`), so a typo never silently falls back to a default. `--set a.b=value` overrides
@@ -41,7 +41,7 @@ class DataConfig:
     """Dataset directory: kb.parquet and questions_{train,val,test}.parquet."""
     world: Literal["v1", "v2"] = "v2"
     """Synthetic generator: `v2` (varying knowledge demand, a KB in its own wording) or `v1` (the old figures'
-    world: one-fact questions, the zoo's own templates; configs/local-v1.yaml runs it end to end)."""
+    world: one-fact questions, the zoo's own templates; mmrag/configs/local-v1.yaml runs it end to end)."""
     entities: int = 320
     """Synthetic generator: number of entities (local mode); 320 gives 650 test questions from 65 entities in v2
     (195 visual, 325 one-fact, 130 two-fact), 520 one-fact ones from 65 entities in v1."""
@@ -505,7 +505,7 @@ class PoolsConfig:
     """Extra actors per stage pool (`num_replicas` serve) and per retrieval shard (`index.shard_replicas` serve),
     started and loaded but sent no call while the serving ones are healthy: one takes a lost or hung replica's place
     at once (a promotion instead of a process start), and the lost one, once Ray has restarted it, stands by. They
-    cost memory and placement, not CPU (no hedge goes to one: `actors.pool`)."""
+    cost memory and placement, not CPU (no hedge goes to one: `mmrag.actors.pool`)."""
 
 
 @dataclass

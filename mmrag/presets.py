@@ -1,6 +1,6 @@
-"""Where `--config` reads from: a YAML file by path, or a preset shipped in the `configs` package by name.
+"""Where `--config` reads from: a YAML file by path, or a preset shipped in the `mmrag.configs` package by name.
 
-The presets travel inside the wheel, so `--config gpu_qwen2vl` (or `configs/gpu_qwen2vl.yaml`,
+The presets travel inside the wheel, so `--config gpu_qwen2vl` (or `mmrag/configs/gpu_qwen2vl.yaml`,
 as written in a checkout) works from any directory; no `--config` means the embedded
 defaults of `mmrag.config`, which the `local` preset restates.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mmrag.config import ConfigError
 
-PRESETS_PACKAGE = "configs"
+PRESETS_PACKAGE = "mmrag.configs"
 SUFFIXES = (".yaml", ".yml")
 
 
@@ -21,19 +21,19 @@ def presets_dir() -> Path:
 
 
 def preset_names() -> list[str]:
-    """The presets `--config NAME` accepts: the YAML files directly in the `configs` package."""
+    """The presets `--config NAME` accepts: the YAML files directly in the `mmrag.configs` package."""
     return sorted(path.stem for path in presets_dir().iterdir() if path.suffix == ".yaml")
 
 
 def resolve_config(value: str | None) -> Path | None:
     """The file `--config VALUE` names: VALUE itself when it is a file, else the preset VALUE names
-    (`gpu_qwen2vl`, `gpu_qwen2vl.yaml` or `configs/gpu_qwen2vl.yaml`); None stays None (the defaults)."""
+    (`gpu_qwen2vl`, `gpu_qwen2vl.yaml` or `mmrag/configs/gpu_qwen2vl.yaml`); None stays None (the defaults)."""
     if value is None:
         return None
     path = Path(value).expanduser()
     if path.is_file():
         return path
-    name = value.removeprefix(f"{PRESETS_PACKAGE}/")
+    name = value.removeprefix("mmrag/").removeprefix("configs/")
     for suffix in SUFFIXES:
         name = name.removesuffix(suffix)
     if name in preset_names():

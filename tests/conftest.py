@@ -67,7 +67,7 @@ def ray_session():
     """One local Ray instance for the whole test session."""
     import ray
 
-    from cluster.connect import RAY_SYSTEM_CONFIG
+    from mmrag.cluster.connect import RAY_SYSTEM_CONFIG
 
     # More logical CPUs than cores: the tests place several small actor groups at once.
     ray.init(address="local", num_cpus=16, include_dashboard=False, log_to_driver=False,
@@ -78,19 +78,19 @@ def ray_session():
 
 @pytest.fixture(scope="session")
 def tiny_index(synth_dir, zoo_dir, tmp_path_factory) -> str:
-    """A flat 2-shard index of `synth_dir`'s KB, embedded with the zoo's fitted tiny CLIP (as configs/local-v1.yaml)."""
+    """A flat 2-shard index of `synth_dir`'s KB, embedded with the zoo's fitted tiny CLIP (as mmrag/configs/local-v1.yaml)."""
     from mmrag.config import load_config
     from mmrag.retrieval.build import build_index
 
     index_dir = tmp_path_factory.mktemp("tiny_index")
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local-v1.yaml", [f"zoo.cache_dir={zoo_dir}"])
+    cfg = load_config(Path(__file__).resolve().parents[1] / "mmrag/configs/local-v1.yaml", [f"zoo.cache_dir={zoo_dir}"])
     build_index(Path(synth_dir) / "kb.parquet", index_dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
     return str(index_dir)
 
 
 @pytest.fixture(scope="session")
 def tiny_config(synth_dir, tiny_index, zoo_dir):
-    """config(run_dir, *overrides): configs/local-v1.yaml on the small synthetic world (v1) with short rollouts.
+    """config(run_dir, *overrides): mmrag/configs/local-v1.yaml on the small synthetic world (v1) with short rollouts.
 
     2 questions per step, 3 queries x 4 selections each, top 12: small, yet most steps carry learning signal
     for both components (the fitted zoo models retrieve well enough for rewards to differ between siblings).
@@ -98,7 +98,7 @@ def tiny_config(synth_dir, tiny_index, zoo_dir):
     from mmrag.config import load_config
 
     def config(run_dir, *overrides: str):
-        return load_config(Path(__file__).resolve().parents[1] / "configs/local-v1.yaml", [
+        return load_config(Path(__file__).resolve().parents[1] / "mmrag/configs/local-v1.yaml", [
             f"data.dir={synth_dir}", f"index.dir={tiny_index}", f"zoo.cache_dir={zoo_dir}",
             f"train.run_dir={run_dir}", "translator.max_new_tokens=8", "translator.num_samples=3",
             "reranker.num_samples=4", "index.top_k=12", "train.questions_per_step=2", "train.micro_batch_size=1",
@@ -123,7 +123,7 @@ def tiny_export(synth_dir, zoo_dir, tmp_path_factory):
     from mmrag.training.pipeline import LocalPipeline
 
     work = tmp_path_factory.mktemp("tiny_export")
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/local.yaml", [
+    cfg = load_config(Path(__file__).resolve().parents[1] / "mmrag/configs/local.yaml", [
         f"data.dir={synth_dir}", f"index.dir={work / 'index'}", f"zoo.cache_dir={zoo_dir}", *TINY_MODELS])
     build_index(Path(synth_dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
     untrained = LocalPipeline.from_config(cfg)
@@ -139,7 +139,7 @@ def tiny_export(synth_dir, zoo_dir, tmp_path_factory):
 def distributed_sync_run(ray_session, tiny_config, tmp_path_factory) -> Path:
     """A 4-step synchronous distributed run of the tiny config (one learner rank, ZeRO 0): the yardstick that
     resumed, partitioned, asynchronous and chaos runs are compared with."""
-    from pipelines.train import train_distributed
+    from mmrag.pipelines.train import train_distributed
 
     run_dir = tmp_path_factory.mktemp("distributed_sync")
     train_distributed(tiny_config(run_dir, "train.checkpoint_every=2"), progress=False)

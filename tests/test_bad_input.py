@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from mmrag.retrieval.manifest import Manifest, ShardEntry
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ["--config", str(ROOT / "configs/local.yaml")]
+CONFIG = ["--config", str(ROOT / "mmrag/configs/local.yaml")]
 
 
 def one_error_line(capsys) -> str:

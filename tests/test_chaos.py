@@ -31,8 +31,8 @@ import pytest
 import ray
 from helpers import assert_same_exported_weights
 
-from actors.learner import LearnerGroup, wait_for_ranks
-from actors.stage_pools import ActorPools
+from mmrag.actors.learner import LearnerGroup, wait_for_ranks
+from mmrag.actors.stage_pools import ActorPools
 from mmrag.training.metrics_log import step_records
 from mmrag.training.loop import LearnerGaveUp, train
 

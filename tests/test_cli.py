@@ -9,8 +9,8 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-from pipelines.cli import COMMANDS, build_parser
-from pipelines.options import config_from_args
+from mmrag.pipelines.cli import COMMANDS, build_parser
+from mmrag.pipelines.options import config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,9 +41,9 @@ def test_every_option_has_help(command):
 
 
 def test_module_entry_point_help():
-    out = subprocess.run([sys.executable, "-m", "pipelines.synth", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "mmrag.pipelines.synth", "--help"], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
-    assert out.startswith("usage: python -m pipelines.synth") and "--entities" in out
+    assert out.startswith("usage: python -m mmrag.pipelines.synth") and "--entities" in out
 
 
 def test_bad_override_is_one_line_error_and_exit_status_2(capsys):
@@ -58,7 +58,7 @@ def test_an_offline_cpu_config_puts_the_command_offline_on_cpu(monkeypatch):
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "DS_ACCELERATOR", "TOKENIZERS_PARALLELISM"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    config_from_args(build_parser("index").parse_args(["index", "--config", str(ROOT / "configs/local.yaml")]))
+    config_from_args(build_parser("index").parse_args(["index", "--config", str(ROOT / "mmrag/configs/local.yaml")]))
     assert huggingface_hub.constants.HF_HUB_OFFLINE is True
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["DS_ACCELERATOR"] == "cpu"
 
@@ -72,7 +72,7 @@ def test_default_commands_print_no_warning(tmp_path, synth_dir):
     dirs = [f"--set=zoo.cache_dir={tmp_path / 'zoo'}", f"--set=data.dir={synth_dir}",
             f"--set=index.dir={tmp_path / 'index'}", "--set=encoder.pretrained=zoo:tiny-clip-init"]
     for command in (["zoo", "--only", "tiny-clip-init", "tiny-lvlm"], ["index"]):
-        result = subprocess.run([sys.executable, "-m", "pipelines.cli", *command, *dirs], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "mmrag.pipelines.cli", *command, *dirs], capture_output=True,
                                 text=True, cwd=ROOT, env=env, timeout=300)
         assert result.returncode == 0, result.stderr
         lines = (result.stdout + result.stderr).replace("\r", "\n").splitlines()

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.connect import system_config_flag
-from cluster.resources import (
+from mmrag.cluster.connect import system_config_flag
+from mmrag.cluster.resources import (
     ActorGroup,
     PlanDoesNotFit,
     check_fits,
@@ -28,7 +28,7 @@ from cluster.resources import (
     plan_totals,
     resource_plan,
 )
-from cluster.runtime_env import runtime_env
+from mmrag.cluster.runtime_env import runtime_env
 from mmrag.config import load_config
 
 pytestmark = pytest.mark.slow  # starts a Ray head and submits jobs to it
@@ -44,7 +44,7 @@ def _launcher_yaml() -> dict:
 
 
 def test_resource_plan_lists_every_actor_group_of_the_local_config():
-    plan = resource_plan(load_config(ROOT / "configs/local.yaml"))
+    plan = resource_plan(load_config(ROOT / "mmrag/configs/local.yaml"))
     assert [(g.name, g.count, g.num_cpus) for g in plan] == [
         ("translator", 1, 0.5), ("encoder", 1, 0.5), ("retrieval_shards", 2, 0.5), ("reranker", 1, 0.5),
         ("generator_pool", 1, 0.5), ("reward_pool", 1, 0.5), ("learner_workers", 1, 1.0)]
@@ -52,7 +52,7 @@ def test_resource_plan_lists_every_actor_group_of_the_local_config():
 
 
 def test_gpu_preset_fits_the_launcher_yaml_at_full_scale_only():
-    plan = resource_plan(load_config(ROOT / "configs/gpu_qwen2vl.yaml"))
+    plan = resource_plan(load_config(ROOT / "mmrag/configs/gpu_qwen2vl.yaml"))
     # 0.5 + 0.25 + 0.25 GPU share one device; 4 generators, 2 judges and 2 learners take one each.
     assert plan_totals(plan) == {"CPU": 14.5, "GPU": 9.0}
     capacity = declared_capacity(_launcher_yaml())
@@ -63,7 +63,7 @@ def test_gpu_preset_fits_the_launcher_yaml_at_full_scale_only():
 
 
 def test_check_fits_names_the_first_group_out_of_cpus():
-    plan = resource_plan(load_config(ROOT / "configs/local.yaml"))
+    plan = resource_plan(load_config(ROOT / "mmrag/configs/local.yaml"))
     with pytest.raises(PlanDoesNotFit, match=r"^learner_workers: needs 1 x 1 CPU = 1 CPU, but only 0.5 of 4 CPU"):
         check_fits(plan, {"CPU": 4.0})
 
@@ -125,23 +125,23 @@ def test_a_local_ray_started_by_connect_runs_its_workers_with_the_projects_syste
 
 
 def test_runtime_env_ships_code_and_offline_switches():
-    offline = runtime_env(load_config(ROOT / "configs/local.yaml"), working_dir="/repo")
+    offline = runtime_env(load_config(ROOT / "mmrag/configs/local.yaml"), working_dir="/repo")
     assert offline["working_dir"] == "/repo"
     assert offline["env_vars"] == {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                                    "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
                                    "DS_ACCELERATOR": "cpu"}
     assert {"runs/", ".venv/", "**/__pycache__/"} <= set(offline["excludes"])
-    online = runtime_env(load_config(ROOT / "configs/gpu_qwen2vl.yaml"))
+    online = runtime_env(load_config(ROOT / "mmrag/configs/gpu_qwen2vl.yaml"))
     assert online["env_vars"] == {"TOKENIZERS_PARALLELISM": "false"} and online["working_dir"] == "."
 
 
 def test_plan_command_prints_the_runtime_env_for_job_submit(capsys):
-    assert _plan_command(["--config", str(ROOT / "configs/local.yaml"), "--runtime-env-json"]) == 0
-    assert json.loads(capsys.readouterr().out) == runtime_env(load_config(ROOT / "configs/local.yaml"))
+    assert _plan_command(["--config", str(ROOT / "mmrag/configs/local.yaml"), "--runtime-env-json"]) == 0
+    assert json.loads(capsys.readouterr().out) == runtime_env(load_config(ROOT / "mmrag/configs/local.yaml"))
 
 
 def _plan_command(argv: list[str]) -> int:
-    from pipelines import plan
+    from mmrag.pipelines import plan
 
     parser = argparse.ArgumentParser()
     plan.add_arguments(parser)
@@ -149,7 +149,7 @@ def _plan_command(argv: list[str]) -> int:
 
 
 def test_plan_command_checks_the_preset_against_the_launcher_yaml(capsys):
-    preset = ["--config", str(ROOT / "configs/gpu_qwen2vl.yaml"), "--cluster-yaml", str(ROOT / "ray_cluster.yaml")]
+    preset = ["--config", str(ROOT / "mmrag/configs/gpu_qwen2vl.yaml"), "--cluster-yaml", str(ROOT / "ray_cluster.yaml")]
     assert _plan_command(preset) == 0
     out = capsys.readouterr().out
     assert "192 CPU, 16 GPU on 5 node(s)" in out and out.rstrip().endswith("fits")
@@ -247,7 +247,7 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
     from mmrag.zoo import resolve
 
     overrides = TINY_MODELS + [f"data.dir={synth_dir}", f"index.dir={tmp_path / 'index'}", f"zoo.cache_dir={zoo_dir}"]
-    cfg = load_config(ROOT / "configs/local.yaml", overrides)
+    cfg = load_config(ROOT / "mmrag/configs/local.yaml", overrides)
     resolve(cfg.translator.model, zoo_dir)
     build_index(Path(synth_dir) / KB_FILE, cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
 
@@ -255,9 +255,9 @@ def test_ray_job_submit_trains_on_a_fresh_head(synth_dir, zoo_dir, tmp_path):
     head = _PrivateRayHead(num_cpus=8)
     try:
         head.wait_ready(timeout_s=90)
-        plan = subprocess.Popen([sys.executable, "-m", "pipelines.plan", "--address", head.gcs_address], cwd=ROOT,
+        plan = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.plan", "--address", head.gcs_address], cwd=ROOT,
                                 env=head.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        train = [sys.executable, "-m", "pipelines.train", "--config", "configs/local.yaml", "--no-progress",
+        train = [sys.executable, "-m", "mmrag.pipelines.train", "--config", "mmrag/configs/local.yaml", "--no-progress",
                  "--mode", "distributed", "--run-dir", str(run_dir), "--steps", "2"]
         small = ["train.eval_questions=4", "train.questions_per_step=2", "translator.num_samples=2",
                  "reranker.num_samples=2", "train.checkpoint_every=1", "train.max_policy_lag=0"]

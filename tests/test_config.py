@@ -7,7 +7,7 @@ import pytest
 
 from mmrag.config import Config, ConfigError, config_from_dict, config_to_dict, load_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "mmrag" / "configs"
 PATH_FIELDS = {("data", "dir"), ("zoo", "cache_dir"), ("index", "dir"), ("train", "run_dir")}
 
 

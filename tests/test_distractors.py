@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from mmrag.data.dataset import KB_SCHEMA, load_kb
 from mmrag.data.distractors import ROW_GROUP_ROWS
 from mmrag.data.world import RELATIONS
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 
 def test_kb_docs_appends_distractors_that_state_no_fact_and_leave_the_questions_alone(tmp_path):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from helpers import assert_same_exported_weights
 
-from cluster.resources import PlanDoesNotFit
+from mmrag.cluster.resources import PlanDoesNotFit
 from mmrag.training.metrics_log import read_metrics, step_records
 from mmrag.training.local import train_local
-from pipelines.train import train_distributed
+from mmrag.pipelines.train import train_distributed
 
 pytestmark = pytest.mark.slow  # distributed training runs on Ray
 

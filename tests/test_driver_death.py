@@ -23,7 +23,7 @@ def test_a_distributed_driver_killed_mid_run_is_finished_by_the_same_command_run
     cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=1", f"train.steps={STEPS}", f"ray.address={address}")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(config_file), "--mode", "distributed",
+    command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file), "--mode", "distributed",
                "--resume-if-present", "--no-progress"]
     latest = tmp_path / "run" / "checkpoints" / "latest"
     log = tmp_path / "first_driver.log"

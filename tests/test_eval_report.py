@@ -11,7 +11,7 @@ from PIL import Image
 
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.settings import SETTINGS
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 pytestmark = pytest.mark.slow  # evaluates on Ray Data
 

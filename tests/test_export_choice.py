@@ -85,5 +85,5 @@ def test_a_resumed_best_val_run_knows_the_step_its_export_holds(pipeline, tiny_c
 
 def test_world_v2_exports_the_best_validated_step_and_the_v1_preset_its_last():
     assert load_config(None).train.export == "best_val"
-    v1 = Path(__file__).resolve().parents[1] / "configs/local-v1.yaml"
+    v1 = Path(__file__).resolve().parents[1] / "mmrag/configs/local-v1.yaml"
     assert load_config(v1).train.export == "last", "the v1 figures and the tests' tiny config are last-step exports"

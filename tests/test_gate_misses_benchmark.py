@@ -11,7 +11,7 @@ from benchmarks.learning import runs_for
 
 def test_the_two_arms_run_benchmark_learnings_jobs_differing_in_the_gate_flag_alone(tmp_path):
     base, _ = runs_for("mean")
-    args = argparse.Namespace(config="configs/local.yaml", set=["data.dir=D"], run="async-lag4", seeds=[0, 1],
+    args = argparse.Namespace(config="mmrag/configs/local.yaml", set=["data.dir=D"], run="async-lag4", seeds=[0, 1],
                               steps=60, eval_every=20, val_count=200)
     counted = arm_plan(args, "misses counted", tmp_path / "counted", base["async-lag4"])
     ignored = arm_plan(args, "misses ignored", tmp_path / "ignored", base["async-lag4"])

@@ -68,7 +68,7 @@ def test_build_generator_names_the_missing_field():
 
 
 def test_generator_actor_answers_and_reports_throughput(ray_session, world):
-    from actors.generator import GeneratorActor
+    from mmrag.actors.generator import GeneratorActor
 
     question = world.questions["train"][0]
     gold = next(d.text for d in world.docs if d.doc_id == question.gold_doc_ids[0])

@@ -25,7 +25,7 @@ from mmrag.retrieval.doc_ids import check_doc_ids
 from mmrag.retrieval.kb_parts import KBFile, KBRowError, plan_parts
 from mmrag.retrieval.manifest import Manifest
 from mmrag.retrieval.staging import STAGING_DIR
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 TINY_CLIP = EncoderConfig(model_name="mmrag-tiny-clip", pretrained="zoo:tiny-clip-init", batch_size=32)
 REPO = Path(__file__).resolve().parents[1]
@@ -101,7 +101,7 @@ def test_a_build_killed_midway_resumes_and_ends_as_an_uninterrupted_one(kb_dir, 
     flags = cli_flags(kb_dir, index_dir, zoo_dir)
     # One torch thread, as in this process: the vectors are then bit for bit the same.
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    build = subprocess.Popen([sys.executable, "-m", "pipelines.index", "--local", *flags], cwd=REPO, env=env,
+    build = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.index", "--local", *flags], cwd=REPO, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while len(embedded_pieces(index_dir)) < 3 and build.poll() is None and time.monotonic() < deadline:

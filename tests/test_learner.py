@@ -20,8 +20,8 @@ import ray
 import torch
 from helpers import assert_same_exported_weights
 
-from actors.learner import LearnerGroup, LearnerRankError
-from cluster.resources import PlanDoesNotFit
+from mmrag.actors.learner import LearnerGroup, LearnerRankError
+from mmrag.cluster.resources import PlanDoesNotFit
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
 from mmrag.rl.rollout import Node

@@ -1,7 +1,7 @@
 """Evidence that reward backpropagation learns: the single-process mode of the trainer, small and seeded.
 
 Uses the fitted zoo (tiny-clip retriever, tiny-lvlm-captioner translator) like
-configs/local-v1.yaml (world v1, whose figures these are), on a smaller synthetic world. It starts from the bare
+mmrag/configs/local-v1.yaml (world v1, whose figures these are), on a smaller synthetic world. It starts from the bare
 caption as the query (`translator.query_template: "{response}"`, the old default: near the floor) with the vision
 tower and learning rates that start learns fast with, so 40 steps can show the signal. The held-out reward must rise above
 the untrained pipeline's, and a control run with rewards shuffled across the batch must
@@ -32,7 +32,7 @@ def local_task(tmp_path_factory, zoo_dir):
                  "data.entities=60", f"train.steps={STEPS}", f"train.eval_every={STEPS}",
                  "train.eval_questions=48", 'translator.query_template="{response}"', "translator.lr=3e-4",
                  "reranker.lr=3e-3", "translator.train_vision_tower=true"]
-    cfg = load_config(ROOT / "configs/local-v1.yaml", overrides)
+    cfg = load_config(ROOT / "mmrag/configs/local-v1.yaml", overrides)
     generate_dataset(cfg.data.dir, cfg.data.entities, cfg.data.seed, cfg.data.image_size, world=cfg.data.world)
     build_index(Path(cfg.data.dir) / "kb.parquet", cfg.index.dir, cfg.index, cfg.encoder, zoo_dir, progress=False)
     return root, overrides
@@ -40,7 +40,7 @@ def local_task(tmp_path_factory, zoo_dir):
 
 def run(local_task, name: str, *extra: str) -> dict:
     root, overrides = local_task
-    cfg = load_config(ROOT / "configs/local-v1.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
+    cfg = load_config(ROOT / "mmrag/configs/local-v1.yaml", [*overrides, f"train.run_dir={root / name}", *extra])
     return train_local(cfg, progress=False)
 
 

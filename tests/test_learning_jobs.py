@@ -25,7 +25,7 @@ def _finish(job) -> None:
 
 def test_a_finished_job_is_reused_when_its_commands_and_config_are_unchanged(tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text((ROOT / "configs/local.yaml").read_text())
+    config.write_text((ROOT / "mmrag/configs/local.yaml").read_text())
     for job in _plan(config, tmp_path / "out"):
         _finish(job)
     assert all(job.finished_before() for job in _plan(config, tmp_path / "out"))
@@ -35,7 +35,7 @@ def test_a_job_whose_commands_are_unchanged_but_whose_config_changed_is_run_agai
     """What a changed default does: the same command lines resolve to another config (here the config file's
     content changes under the same path: a document costs more), so the finished job measured something else."""
     config = tmp_path / "config.yaml"
-    text = (ROOT / "configs/local.yaml").read_text()
+    text = (ROOT / "mmrag/configs/local.yaml").read_text()
     config.write_text(text)
     for job in _plan(config, tmp_path / "out"):
         _finish(job)
@@ -46,7 +46,7 @@ def test_a_job_whose_commands_are_unchanged_but_whose_config_changed_is_run_agai
 
 def test_a_job_marked_before_markers_held_a_config_digest_is_reused_on_its_commands_and_said(tmp_path, capsys):
     config = tmp_path / "config.yaml"
-    config.write_text((ROOT / "configs/local.yaml").read_text())
+    config.write_text((ROOT / "mmrag/configs/local.yaml").read_text())
     _, run = _plan(config, tmp_path / "out")
     run.directory.mkdir(parents=True)
     run.marker.write_text(json.dumps({"commands": run.commands, "seconds": [60.0, 30.0]}))

@@ -18,7 +18,7 @@ from mmrag.data.loaders.wiki_kb import load_wiki_kb
 from mmrag.metrics.answers import relaxed_accuracy
 from mmrag.metrics.official import read_references
 from mmrag.metrics.okvqa import vqa_accuracy
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IMAGE_FILES = [

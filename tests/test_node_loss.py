@@ -56,8 +56,8 @@ def run_losing_nodes(cfg_overrides: list[str], run_dir: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from actors.learner import LearnerGroup
-    from actors.stage_pools import ActorPools
+    from mmrag.actors.learner import LearnerGroup
+    from mmrag.actors.stage_pools import ActorPools
     from mmrag.config import load_config
     from mmrag.training.loop import train
 
@@ -106,7 +106,7 @@ def run_losing_nodes(cfg_overrides: list[str], run_dir: str) -> dict:
 
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        cfg = load_config(ROOT / "configs/local-v1.yaml", [*cfg_overrides, f"train.run_dir={run_dir}"])
+        cfg = load_config(ROOT / "mmrag/configs/local-v1.yaml", [*cfg_overrides, f"train.run_dir={run_dir}"])
         add_node(STAGE_NODE_CPUS)
         pools = NodeLossPools.launch(cfg)
         add_node(LEARNER_NODE_CPUS)  # after the stage actors filled theirs: the learner's bundle lands here

@@ -24,8 +24,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_ROOTS = ("mmrag", "actors", "pipelines", "cluster", "configs")
-"""The top-level packages the wheel ships (`configs` as data: the presets)."""
+PACKAGE_ROOTS = ("mmrag",)
+"""The top-level packages the wheel ships: one namespace (`mmrag.configs` holds the presets as data)."""
 SOURCES = (*PACKAGE_ROOTS, "setup.cfg", "pyproject.toml", "README.md", "LICENSE")
 LOCAL_MODULES = {*PACKAGE_ROOTS, "benchmarks", "tests", "helpers", "conftest", "__future__"}
 
@@ -80,7 +80,7 @@ def _distribution(module: str) -> str:
 def test_every_third_party_import_is_a_declared_requirement():
     base = _names(_requirements("options.install_requires"))
     optional = _names(_requirements("options.extras_require.wandb") + _requirements("options.extras_require.mlflow"))
-    for folder in ("mmrag", "actors", "pipelines", "cluster"):
+    for folder in PACKAGE_ROOTS:
         for module, at_top in _third_party_imports(folder).items():
             name = _distribution(module)
             # An optional tracker is imported only where it is used (inside a function), never at a module's top.
@@ -139,7 +139,7 @@ def test_the_wheel_ships_every_package_the_presets_and_the_license(installed_whe
     packages = sorted(str(init.parent.relative_to(ROOT)) for root in PACKAGE_ROOTS
                       for init in (ROOT / root).rglob("__init__.py"))
     assert [p for p in packages if f"{p}/__init__.py" not in names] == []
-    presets = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "configs").rglob("*.yaml"))
+    presets = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "mmrag" / "configs").rglob("*.yaml"))
     assert presets and [p for p in presets if p not in names] == []
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License: Apache-2.0" in metadata and "Requires-Python: >=3.11" in metadata
@@ -163,7 +163,7 @@ def test_the_installed_wheel_runs_every_command_from_any_directory(installed_whe
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where[0].startswith(str(bin_dir.parent)) and where[1] == where[2]  # the wheel's copy, one version
     assert "serve" in mmrag("--help") and "--checkpoint" in mmrag("serve", "--help")
-    assert "fits" in mmrag("plan")  # the embedded defaults: no --config, no configs/ folder here
+    assert "fits" in mmrag("plan")  # the embedded defaults: no --config, no mmrag/configs/ folder here
     assert '"HF_HUB_OFFLINE"' not in mmrag("plan", "--config", "gpu_qwen2vl", "--runtime-env-json")  # by name
     mmrag("synth", "--entities", "8")
     assert (tmp_path / "runs" / "data" / "kb.parquet").is_file()

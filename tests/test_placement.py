@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from cluster.resources import PlanDoesNotFit, local_ray_cpus, place_bundles, placement_plan, plan_totals, resource_plan
+from mmrag.cluster.resources import PlanDoesNotFit, local_ray_cpus, place_bundles, placement_plan, plan_totals, resource_plan
 from mmrag.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_PRESET = ROOT / "configs" / "gpu_qwen2vl.yaml"
+GPU_PRESET = ROOT / "mmrag" / "configs" / "gpu_qwen2vl.yaml"
 
 
 def test_replicas_sharing_a_gpu_are_packed_one_bundle_per_device():
-    cfg = load_config(ROOT / "configs" / "local.yaml", ["translator.num_replicas=3", "translator.num_gpus=0.5",
+    cfg = load_config(ROOT / "mmrag" / "configs" / "local.yaml", ["translator.num_replicas=3", "translator.num_gpus=0.5",
                                                         "learner.num_workers=2"])
     plans = {plan.name: plan for plan in placement_plan(cfg)}
     assert [(b.actors, b.num_cpus, b.num_gpus) for b in plans["translator"].bundles] == [(2, 1.0, 1.0), (1, 0.5, 0.5)]
@@ -34,8 +34,8 @@ def test_spare_ranks_hold_bundles_of_their_own_like_the_ranks():
 
 
 def test_a_local_ray_declares_cpus_for_the_largest_plan_and_never_fewer_than_ray_num_cpus():
-    plain = load_config(ROOT / "configs" / "local.yaml", [])
-    standing_by = load_config(ROOT / "configs" / "local.yaml", ["pools.standby_replicas=1", "learner.spare_ranks=2"])
+    plain = load_config(ROOT / "mmrag" / "configs" / "local.yaml", [])
+    standing_by = load_config(ROOT / "mmrag" / "configs" / "local.yaml", ["pools.standby_replicas=1", "learner.spare_ranks=2"])
     assert plan_totals(resource_plan(plain))["CPU"] < plain.ray.num_cpus == local_ray_cpus([plain])
     assert local_ray_cpus([plain, standing_by]) == 10 > plain.ray.num_cpus, plan_totals(resource_plan(standing_by))
 
@@ -62,7 +62,7 @@ def place_gpu_preset_on_simulated_cluster() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from actors.placement import bundle_nodes, check_placement, in_bundle, reserve
+    from mmrag.actors.placement import bundle_nodes, check_placement, in_bundle, reserve
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for _ in range(2):

@@ -7,8 +7,8 @@ import time
 import pytest
 from helpers import drive_until_settled
 
-from actors.pool import SUSPECT_SECONDS, ReplicaPool
-from actors.stage_pools import wait_until_one_up
+from mmrag.actors.pool import SUSPECT_SECONDS, ReplicaPool
+from mmrag.actors.stage_pools import wait_until_one_up
 
 
 def test_a_replica_that_answered_gets_the_factor_times_the_median_recent_answer_and_a_starting_one_the_full_deadline():

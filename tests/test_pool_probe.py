@@ -10,7 +10,7 @@ import time
 
 from helpers import drive_until_settled
 
-from actors.pool import ReplicaPool, probed
+from mmrag.actors.pool import ReplicaPool, probed
 
 
 def _pool(ray_session, deadline_s: float, probe_timeout_s: float) -> ReplicaPool:

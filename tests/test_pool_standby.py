@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import drive_until_settled
 
-from actors.pool import ReplicaPool
-from actors.roster import Roster
-from cluster.resources import resource_plan
+from mmrag.actors.pool import ReplicaPool
+from mmrag.actors.roster import Roster
+from mmrag.cluster.resources import resource_plan
 from mmrag.config import ConfigError, config_from_dict, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_a_pool_sends_no_call_to_its_standby_even_when_the_serving_replica_is_fu
 def test_standby_replicas_are_refused_below_zero_naming_the_key_and_planned_with_every_stage_and_shard():
     with pytest.raises(ConfigError, match=r"^pools\.standby_replicas: expected at least 0, got -1$"):
         config_from_dict({}, ["pools.standby_replicas=-1"])
-    plan = resource_plan(load_config(ROOT / "configs/local.yaml", ["pools.standby_replicas=1"]))
+    plan = resource_plan(load_config(ROOT / "mmrag/configs/local.yaml", ["pools.standby_replicas=1"]))
     assert [(g.name, g.count) for g in plan] == [
         ("translator", 2), ("encoder", 2), ("retrieval_shards", 4), ("reranker", 2), ("generator_pool", 2),
         ("reward_pool", 2), ("learner_workers", 1)], "2 shards, each 1 serving + 1 standby; ranks are no replicas"

@@ -8,21 +8,21 @@ import pytest
 
 from mmrag.config import Config, ConfigError, config_to_dict
 from mmrag.presets import preset_names, resolve_config
-from pipelines.cli import build_parser
-from pipelines.options import config_from_args
+from mmrag.pipelines.cli import build_parser
+from mmrag.pipelines.options import config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_yaml_directly_in_configs_is_a_preset_and_serve_configs_are_not():
-    assert preset_names() == sorted(path.stem for path in (ROOT / "configs").glob("*.yaml"))
+    assert preset_names() == sorted(path.stem for path in (ROOT / "mmrag" / "configs").glob("*.yaml"))
     assert "gpu_qwen2vl" in preset_names() and "serve/local" not in preset_names()
 
 
-@pytest.mark.parametrize("value", ["gpu_qwen2vl", "gpu_qwen2vl.yaml", "configs/gpu_qwen2vl.yaml"])
+@pytest.mark.parametrize("value", ["gpu_qwen2vl", "gpu_qwen2vl.yaml", "mmrag/configs/gpu_qwen2vl.yaml"])
 def test_a_preset_is_found_by_name_from_any_directory(value, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert resolve_config(value).read_text() == (ROOT / "configs/gpu_qwen2vl.yaml").read_text()
+    assert resolve_config(value).read_text() == (ROOT / "mmrag/configs/gpu_qwen2vl.yaml").read_text()
 
 
 def test_an_existing_file_wins_over_a_preset_of_the_same_name(tmp_path, monkeypatch):

@@ -352,8 +352,8 @@ def test_batch_from_other_backbone_mode_is_rejected(frozen, lora):
 
 
 def test_actor_samples_with_the_weights_each_call_names(ray_session, zoo_dir, frozen):
-    from actors.policy import PolicyWeights
-    from actors.reranker import RerankerActor
+    from mmrag.actors.policy import PolicyWeights
+    from mmrag.actors.reranker import RerankerActor
 
     # `frozen`'s config: the weights it installs must mean the same to the actor (no visual reader, 3 documents,
     # no gate).

@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from actors.encoder import EncoderActor
-from actors.retrieval import RetrievalRouter
+from mmrag.actors.encoder import EncoderActor
+from mmrag.actors.retrieval import RetrievalRouter
 from mmrag.checksum import file_sha256
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.retrieval import LocalRetriever

@@ -132,7 +132,7 @@ def test_lvlm_judge_normalises_yes_against_no(zoo_dir):
 
 
 def test_reward_actor_scores_in_ray(ray_session):
-    from actors.reward import RewardActor
+    from mmrag.actors.reward import RewardActor
 
     cfg = RewardConfig(backend="rule", metric="exact_match")
     actor = ray_session.remote(RewardActor).options(num_gpus=cfg.num_gpus).remote(cfg, "unused")

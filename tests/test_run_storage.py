@@ -12,7 +12,7 @@ from helpers import assert_same_exported_weights
 from mmrag import storage
 from mmrag.training.checkpoint import IncompleteCheckpoint, latest_checkpoint
 from mmrag.training.metrics_log import step_records
-from pipelines.train import train_distributed
+from mmrag.pipelines.train import train_distributed
 
 # Ray's workers inherit the environment the session's Ray started with, which is before any fixture runs:
 # the fake server's credentials are set when the suite is collected (moto accepts any).

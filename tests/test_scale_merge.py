@@ -1,6 +1,6 @@
 """The shards' top-K merged off the driver: `merged_rows` ranks as one index would, and evidence is built from it.
 
-Ray-free: the merge task (`actors.retrieval.merge_shard_rows`) and the generator replica only call these.
+Ray-free: the merge task (`mmrag.actors.retrieval.merge_shard_rows`) and the generator replica only call these.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from mmrag.data.loaders.aokvqa import read_aokvqa_references
 from mmrag.evaluation.compare import compare_settings
 from mmrag.metrics.official import benchmark
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANNOTATIONS = {

@@ -2,7 +2,7 @@
 malformed requests get a 4xx JSON error naming the field while the server keeps answering; requests beyond
 the queue bound are refused with 503 and Retry-After; a killed replica of any deployment, the ingress's
 included, is replaced without a 500 or a hang; the same application answers alike behind Serve's own proxy
-(`serve run configs/serve/local.yaml`); `mmrag serve` stops cleanly on SIGTERM as on Ctrl-C; the OpenAI
+(`serve run mmrag/configs/serve/local.yaml`); `mmrag serve` stops cleanly on SIGTERM as on Ctrl-C; the OpenAI
 dialect answers a stock `openai` client; an API key guards every route but /healthz; two fronts share one
 application and either stops without taking it from the other."""
 
@@ -66,7 +66,7 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
     from mmrag.training.local import train_local
 
     work = tmp_path_factory.mktemp("serve_run")
-    cfg = load_config(ROOT / "configs/local.yaml", [
+    cfg = load_config(ROOT / "mmrag/configs/local.yaml", [
         f"data.dir={synth_dir}", f"index.dir={work / 'index'}", f"zoo.cache_dir={zoo_dir}",
         f"train.run_dir={work / 'run'}", "train.steps=1", "train.questions_per_step=2", "train.eval_questions=2",
         "train.export=last", "translator.num_samples=2", "reranker.num_samples=2", f"serving.port={free_port()}",
@@ -80,8 +80,8 @@ def trained_run(synth_dir, zoo_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serve_config() -> dict:
-    """configs/serve/local.yaml, its proxy on a free port."""
-    config = yaml.safe_load((ROOT / "configs/serve/local.yaml").read_text())
+    """mmrag/configs/serve/local.yaml, its proxy on a free port."""
+    config = yaml.safe_load((ROOT / "mmrag/configs/serve/local.yaml").read_text())
     config["http_options"]["port"] = free_port()
     return config
 
@@ -92,8 +92,8 @@ def endpoint(ray_session, trained_run, serve_config):
     ingress by handle. (Serve's proxy runs too, on another port, for the `serve run` test.)"""
     from ray import serve
 
-    from actors.serving.app import api_settings, pipeline_app
-    from actors.serving.front import HttpFront
+    from mmrag.actors.serving.app import api_settings, pipeline_app
+    from mmrag.actors.serving.front import HttpFront
 
     cfg, checkpoint, _ = trained_run
     serve.start(http_options=serve_config["http_options"])
@@ -379,7 +379,7 @@ def test_requests_beyond_the_queue_bound_get_503_with_retry_after(endpoint, trai
 
 
 def replica_pid(deployment: str) -> int:
-    from actors.serving.app import replica_pids
+    from mmrag.actors.serving.app import replica_pids
 
     (pid,) = replica_pids(APP, deployment)
     return pid
@@ -422,7 +422,7 @@ def test_a_killed_replica_is_replaced_and_requests_in_flight_are_retried_or_refu
 
 def test_serve_run_config_behind_serves_proxy_with_the_stages_split_answers_as_the_front(endpoint, trained_run,
                                                                                          serve_config, test_questions):
-    """configs/serve/local.yaml's application (its builder, route and proxy) answers as `mmrag serve`'s front does,
+    """mmrag/configs/serve/local.yaml's application (its builder, route and proxy) answers as `mmrag serve`'s front does,
     here with the first group in the ingress, the retrieval shards in deployments of their own, then one more
     group, and the image by reference to its two readers."""
     from ray import serve
@@ -448,10 +448,10 @@ def test_serve_run_config_behind_serves_proxy_with_the_stages_split_answers_as_t
 
 
 def test_builder_names_bad_args():
-    from actors.serving.app import build_app
+    from mmrag.actors.serving.app import build_app
 
     with pytest.raises(ValueError, match="`checkpoint` is required"):
-        build_app({"config": "configs/local.yaml"})
+        build_app({"config": "mmrag/configs/local.yaml"})
     with pytest.raises(ValueError, match="unknown key 'replicas'"):
         build_app({"checkpoint": "x", "replicas": 2})
     with pytest.raises(FileNotFoundError, match="no index manifest"):
@@ -466,11 +466,11 @@ def test_builder_names_bad_args():
 @contextlib.contextmanager
 def serving_process(config_path: Path, checkpoint: str, logs: Path, *options: str,
                     env_vars: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """`python -m pipelines.serve` in its own session (so only the signals sent here reach it), logs to files;
+    """`python -m mmrag.pipelines.serve` in its own session (so only the signals sent here reach it), logs to files;
     whatever happens in the test, its process group (and a Ray it started) is gone afterwards."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_vars or {})}
     env.pop("RAY_ADDRESS", None)
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.serve", "--config", str(config_path),
+    process = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.serve", "--config", str(config_path),
                                 "--checkpoint", checkpoint, *options], cwd=ROOT, env=env, start_new_session=True,
                                stdout=(logs / "stdout").open("w"), stderr=(logs / "stderr").open("w"))
     try:
@@ -562,7 +562,7 @@ def test_a_port_in_use_fails_at_once_before_ray_starts(trained_run):
     env.pop("RAY_ADDRESS", None)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "pipelines.serve", "--config", str(config_path), "--checkpoint",
+        result = subprocess.run([sys.executable, "-m", "mmrag.pipelines.serve", "--config", str(config_path), "--checkpoint",
                                  checkpoint, "--set", f"serving.port={port}"], cwd=ROOT, env=env, capture_output=True,
                                 text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from actors.actor_classes import ActorClasses
-from actors.learner import LearnerRank
+from mmrag.actors.actor_classes import ActorClasses
+from mmrag.actors.learner import LearnerRank
 from benchmarks.simulated_device import DeviceTime, simulated_actors
 from mmrag.config import RewardConfig
 from mmrag.training.stages import QuestionTable

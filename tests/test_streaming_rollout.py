@@ -22,7 +22,7 @@ from mmrag.training.streaming import InlinePools, RolloutStream, assemble_trees
 
 @pytest.fixture(scope="module")
 def pools(ray_session, tiny_config, tmp_path_factory):
-    from actors.stage_pools import ActorPools
+    from mmrag.actors.stage_pools import ActorPools
 
     cfg = tiny_config(tmp_path_factory.mktemp("run"), "translator.num_replicas=2", "generator.num_replicas=2")
     pools = ActorPools.launch(cfg)
@@ -78,7 +78,7 @@ def received_by_the_driver(value) -> list:
 
 def test_on_actor_pools_the_driver_holds_doc_ids_not_passage_texts_and_a_learner_rank_fetches_the_hits(
         pools, synth_dir):
-    from actors.retrieval import fetch_hits_rows
+    from mmrag.actors.retrieval import fetch_hits_rows
 
     stream = RolloutStream(pools, n=2, m=2, micro_batch_size=2, seed=11)
     batch = stream.start(load_questions(synth_dir, "train")[:2], number=1)

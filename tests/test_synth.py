@@ -184,7 +184,7 @@ def test_readers_accept_a_minimal_foreign_dataset_with_image_paths(synth_dir, tm
 
 
 def test_synth_command_flags_override_config(tmp_path, capsys):
-    from pipelines import synth
+    from mmrag.pipelines import synth
 
     config = tmp_path / "data.yaml"
     config.write_text(f"data:\n  dir: {tmp_path / 'from_config'}\n  entities: 9\n  seed: 1\n  image_size: 48\n")

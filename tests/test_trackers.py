@@ -20,7 +20,7 @@ from mmrag.config import load_config
 from mmrag.training.local import train_local
 from mmrag.training.metrics_log import MetricsLog
 from mmrag.training.trackers import ROLLOUT_FIELDS, mlflow_name, open_trackers
-from pipelines.cli import main
+from mmrag.pipelines.cli import main
 
 ALL_TRACKERS = "train.loggers=[tensorboard, wandb, mlflow]"
 WANDB_BLOCK = 32768

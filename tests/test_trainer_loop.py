@@ -412,7 +412,7 @@ def test_a_driver_killed_at_any_moment_resumes_from_its_latest_complete_checkpoi
     cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=1", "train.steps=8")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(config_file), "--mode", "local-reference",
+    command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file), "--mode", "local-reference",
                "--no-progress"]
     latest = tmp_path / "run" / "checkpoints" / "latest"
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -439,7 +439,7 @@ def test_sigterm_checkpoints_at_the_next_step_boundary_exits_0_and_resume_finish
     cfg = tiny_config(tmp_path / "run", "train.checkpoint_every=0", "train.steps=8", "train.eval_every=100")
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    command = [sys.executable, "-m", "pipelines.train", "--config", str(config_file), "--mode", "local-reference",
+    command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file), "--mode", "local-reference",
                "--no-progress"]
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
@@ -461,7 +461,7 @@ def test_sigterm_checkpoints_at_the_next_step_boundary_exits_0_and_resume_finish
 
 def test_a_replica_that_held_a_version_installs_the_same_number_redone_after_a_restore():
     """The finding: a replica decided by the number alone, so it kept the pre-failure version 9 as the new 9."""
-    from actors.policy import InstalledVersion, PolicyWeights
+    from mmrag.actors.policy import InstalledVersion, PolicyWeights
 
     replica = InstalledVersion()
     replica.held = (0, 9)

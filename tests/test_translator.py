@@ -321,8 +321,8 @@ def test_prompt_template_without_question_is_rejected(tiny_lvlm_path, zoo_dir):
 
 
 def test_translator_actor_samples_with_the_weights_each_call_names(ray_session, tiny_lvlm_path, zoo_dir, images):
-    from actors.policy import PolicyWeights
-    from actors.translator import TranslatorActor
+    from mmrag.actors.policy import PolicyWeights
+    from mmrag.actors.translator import TranslatorActor
 
     actor = ray_session.remote(TranslatorActor).remote(make_config(tiny_lvlm_path, lora=True), zoo_dir)
     table = QuestionTable(images, QUESTIONS, [[], []])

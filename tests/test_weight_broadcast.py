@@ -53,12 +53,12 @@ def test_a_distributed_run_syncing_by_broadcast_samples_what_the_object_store_ru
         distributed_sync_run, tiny_config, tmp_path, caplog):
     """Same seeds, same versions: every replica must have installed each version bit-identically to draw the
     uninterrupted run's rewards; no broadcast may have fallen back to the object store."""
-    from pipelines.train import train_distributed
+    from mmrag.pipelines.train import train_distributed
 
-    with caplog.at_level(logging.WARNING, logger="actors.weight_sync"):
+    with caplog.at_level(logging.WARNING, logger="mmrag.actors.weight_sync"):
         train_distributed(tiny_config(tmp_path, "train.steps=2", "learner.weight_sync=broadcast",
                                       "learner.durable_weights=false"), progress=False)
-    assert not [r for r in caplog.records if r.name == "actors.weight_sync"], caplog.text
+    assert not [r for r in caplog.records if r.name == "mmrag.actors.weight_sync"], caplog.text
     broadcast, object_store = ([r["reward_mean"] for r in step_records(d)]
                                for d in (tmp_path, distributed_sync_run))
     assert broadcast == object_store[:2] and len(broadcast) == 2

@@ -2,7 +2,7 @@
 
 Sits at both ends of retrieval: `mmrag.retrieval.build` embeds the knowledge base with
 `encode_documents`, and at query time the translator's text queries go through
-`encode_texts` (in-process, or inside `actors.encoder.EncoderActor`). The same
+`encode_texts` (in-process, or inside `mmrag.actors.encoder.EncoderActor`). The same
 `encoder_identity` is written into the index manifest, so an index is never searched with
 vectors from a different encoder.
 """

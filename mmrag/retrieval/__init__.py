@@ -3,7 +3,7 @@
 Data flow: kb.parquet -> `build_index` (parts embedded and persisted, then streamed into
 FAISS shards + doc stores) -> manifest on disk -> `ShardSearcher` per shard -> `merge_topk`
 -> `list[list[Hit]]` per query batch, either in one process (`LocalRetriever`) or across
-Ray actors (`actors.retrieval.RetrievalRouter`). The rollout stream holds a micro-batch's
+Ray actors (`mmrag.actors.retrieval.RetrievalRouter`). The rollout stream holds a micro-batch's
 result as `retrieved_rows.RetrievedRows` (doc ids, and the hits or a reference to them).
 """
 

@@ -6,7 +6,7 @@ its output). Two stages, each streaming one KB part at a time:
 1. Embedding. The KB file is cut into parts (`kb_parts`); after a KB-wide doc_id check
    (`doc_ids`), every part not yet persisted under INDEX_DIR/embeddings (`staging`) is
    validated and embedded by a `PartEmbedder`, in this process (`LocalRunner`, `mmrag
-   index --local`) or by a Ray Data pool of encoder workers (`actors.index_build.RayRunner`).
+   index --local`) or by a Ray Data pool of encoder workers (`mmrag.actors.index_build.RayRunner`).
    A build killed at any point and run again resumes here.
 2. FAISS. The persisted parts are streamed into one doc store per shard (`docstore`) and
    one FAISS index per shard (`faiss_index`), trained on a sample where the type needs it.
@@ -60,7 +60,7 @@ class EmbedJob:
 
 
 class BuildRunner(Protocol):
-    """Where the build's work runs: this process (`LocalRunner`) or Ray (`actors.index_build.RayRunner`)."""
+    """Where the build's work runs: this process (`LocalRunner`) or Ray (`mmrag.actors.index_build.RayRunner`)."""
 
     workers: int
     """Encoder workers; 0 for in-process."""
@@ -196,7 +196,7 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
     """Build (or keep, when unchanged) the sharded index of `kb_path` under `index_dir`.
 
     `runner` says where the work runs: this process by default (on `device`), or
-    `actors.index_build.RayRunner` for a pool of encoder workers on Ray.
+    `mmrag.actors.index_build.RayRunner` for a pool of encoder workers on Ray.
     """
     start = time.perf_counter()
     kb_path, index_dir = Path(kb_path), Path(index_dir)

@@ -3,7 +3,7 @@
 First step of `mmrag.retrieval.build`: `KBFile` checks the file's columns and groups its
 row groups into parts of about `index.part_rows` rows (a row group is never split, so each
 is read once). The embedding stage reads a part's rows with `rows_to_embed` (in-process, or
-as a Ray Data read task in `actors.index_build`); the doc-store writer reads them again
+as a Ray Data read task in `mmrag.actors.index_build`); the doc-store writer reads them again
 with `doc_rows`, holding one part at a time.
 """
 

@@ -2,7 +2,7 @@
 
 Each shard answers a batch of queries with its own top-K; `merge_topk` turns the S lists of
 one query into the global top-K. `LocalRetriever` does the scatter/merge in one process (the
-single-process reference trainer uses it); `actors.retrieval.RetrievalRouter` does the same
+single-process reference trainer uses it); `mmrag.actors.retrieval.RetrievalRouter` does the same
 across `RetrievalShard` actors and returns the same `list[list[Hit]]`.
 """
 

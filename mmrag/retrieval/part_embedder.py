@@ -4,7 +4,7 @@
 `KBFile.rows_to_embed`) keeps the usable rows (`kb_rows`), embeds them
 (`ClipEncoder.encode_documents`, fused by `index.fusion`) and writes them as a staged piece
 (`staging`). The same class runs in-process (`mmrag index --local`) and as the Ray Data
-actor pool of `actors.index_build`, so both paths embed identically. A bad row in `error`
+actor pool of `mmrag.actors.index_build`, so both paths embed identically. A bad row in `error`
 mode comes back as the summary's `error` instead of an exception, so the driver can stop
 the build with the row's own message.
 """

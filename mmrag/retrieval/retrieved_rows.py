@@ -4,7 +4,7 @@ Retrieval answers each query row with its global top-K `Hit`s (passage texts, KB
 stream needs only their doc ids (a rollout tree's leaf names the documents it kept); the
 reranker, the generator and the learner need the hits themselves. In one process `hits` is the
 rows; on Ray it is an object reference to them, which those stages resolve where they run, so
-the texts never reach the driver (`actors.stage_pools.RetrievalCall` merges the shards' results
+the texts never reach the driver (`mmrag.actors.stage_pools.RetrievalCall` merges the shards' results
 in a task, `merged_rows`). A rollout tree's translator node carries its row of hits, or where
 it is (`HitsRow`); the learner's ranks fetch those before computing the reranker's loss.
 """

@@ -1,8 +1,8 @@
 """The HTTP API of a served pipeline (FastAPI): its routes, error bodies and OpenAPI document, defined once.
 
 `answer_api(run_pipeline, settings)` builds the app that both fronts serve: `mmrag serve`'s own
-HTTP front (actors/serving/front.py) and the ingress deployment behind Serve's proxy
-(`serve run configs/serve/local.yaml`). They differ only in `run_pipeline`, the coroutine that
+HTTP front (mmrag/actors/serving/front.py) and the ingress deployment behind Serve's proxy
+(`serve run mmrag/configs/serve/local.yaml`). They differ only in `run_pipeline`, the coroutine that
 takes a validated request's `StageState` through the pipeline and returns the finished
 state with the milliseconds spent between processes: the front calls the ingress
 deployment, the ingress its stage groups. It raises `ServiceUnavailable` when no

@@ -1,6 +1,6 @@
 """What `GET /v1/info` reports and what every answer's `versions` carries, read from disk once at startup.
 
-Built by the Serve application builder (actors/serving/app.py) from the config, the index
+Built by the Serve application builder (mmrag/actors/serving/app.py) from the config, the index
 manifest and the exported checkpoint's export.json, then handed to the API.
 """
 

@@ -1,7 +1,7 @@
 """What travels between the serving deployments: one request's `StageState`, and the stage names.
 
 The API (mmrag/serving/api.py) builds a `StageState` from each valid request; the ingress
-(actors/serving/ingress.py) hands it to the deployments of `serving.stage_groups` in order;
+(mmrag/actors/serving/ingress.py) hands it to the deployments of `serving.stage_groups` in order;
 each fills in its stages' outputs (mmrag/serving/greedy_stages.py). Light on purpose (no model
 code), so the front and the ingress import it without loading transformers.
 """

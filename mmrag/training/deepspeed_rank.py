@@ -1,6 +1,6 @@
-"""One rank of the DeepSpeed learner group, without Ray: what `actors.learner.LearnerRank` wraps.
+"""One rank of the DeepSpeed learner group, without Ray: what `mmrag.actors.learner.LearnerRank` wraps.
 
-The driver calls the same method on every rank at once (`actors.learner.LearnerGroup`).
+The driver calls the same method on every rank at once (`mmrag.actors.learner.LearnerGroup`).
 Each rank joins the torch process group at rank 0's address, loads the translator and
 reranker, and holds one DeepSpeed engine per component (ZeRO stage `learner.zero_stage`)
 owning only that component's trainable modules. `update` takes this rank's slice

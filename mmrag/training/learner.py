@@ -5,7 +5,7 @@ takes one optimiser step per trainable component on its local loss (`mmrag.train
 -> `PendingUpdate.result()` gives a `LearnerUpdate`: the combined losses and the new
 `Weights` version, which the loop installs on the policy replicas before they sample again.
 Two implementations: `LocalLearner` here (in process, torch AdamW; the single-process mode
-trains the pipeline's own models in place) and `actors.learner.LearnerGroup` (W DeepSpeed
+trains the pipeline's own models in place) and `mmrag.actors.learner.LearnerGroup` (W DeepSpeed
 ranks as Ray actors, driven by method calls).
 """
 

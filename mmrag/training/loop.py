@@ -6,9 +6,9 @@ works (within `train.max_policy_lag`), install the new weights on the policy rep
 checkpoint and evaluate on schedule. The parts are two interfaces:
 
 * stages, as `StagePools` (`mmrag.training.streaming`): `InlinePools(LocalPipeline)` in one
-  process, or `actors.stage_pools.ActorPools` over Ray actor pools;
+  process, or `mmrag.actors.stage_pools.ActorPools` over Ray actor pools;
 * the learner (`mmrag.training.learner.Learner`): `LocalLearner` in one process, or
-  `actors.learner.LearnerGroup` of DeepSpeed ranks.
+  `mmrag.actors.learner.LearnerGroup` of DeepSpeed ranks.
 
 `--mode local-reference` is this loop with the in-process parts and no lag; `distributed` is
 this loop with the Ray parts. If any learner call fails (update, publishing, save, export,

@@ -3,7 +3,7 @@
 translate (image, question -> queries) -> retrieve (query -> top-K documents) -> rerank
 (-> ordered selection, possibly empty) -> answer (frozen generator) -> score (frozen
 reward model). It implements `mmrag.training.stages.Stages`, the interface the trainer
-loop, the rollout stream and evaluation call; `actors.stage_pools.ActorPools` implements the
+loop, the rollout stream and evaluation call; `mmrag.actors.stage_pools.ActorPools` implements the
 same interface over Ray actors. The single-process mode trains this pipeline's translator
 and reranker in place.
 """

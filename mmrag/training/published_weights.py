@@ -7,7 +7,7 @@ writes each version it publishes to RUN_DIR/weights/<stamp>-v<version>/ (`train.
 process reaches, `mmrag.storage`), one file per component, and keeps the newest `max_policy_lag + 2` such
 directories (a call may still sample with a version up to the lag behind, or re-sent from before the newest
 update). A replica whose fetch from the object store fails reads the version there instead
-(`actors.policy.InstalledVersion`).
+(`mmrag.actors.policy.InstalledVersion`).
 """
 
 from __future__ import annotations

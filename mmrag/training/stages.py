@@ -10,7 +10,7 @@ later stage (one per sampled query, then one per sampled selection) name their q
 by its index in the table.
 
 `mmrag.training.pipeline.LocalPipeline` implements `Stages` in one process;
-`actors.stage_pools.ActorPools` implements it over pools of Ray actors (and adds the
+`mmrag.actors.stage_pools.ActorPools` implements it over pools of Ray actors (and adds the
 non-blocking submission the streaming rollout uses).
 """
 

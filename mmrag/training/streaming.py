@@ -2,7 +2,7 @@
 
 Each micro-batch goes translate -> retrieve -> rerank -> answer -> score. Stage calls run on
 `StagePools`: in one process each call runs at once (`InlinePools`); on Ray each call is a
-future on one replica of that stage's pool (`actors.stage_pools.ActorPools`), each replica keeping
+future on one replica of that stage's pool (`mmrag.actors.stage_pools.ActorPools`), each replica keeping
 a bounded number of calls in flight. `RolloutStream.pump` submits every call whose inputs are
 ready while its pool has room, latest stage first (finishing work frees memory and feeds
 the learner sooner), then waits for any call to finish; so the translator works on

@@ -1,0 +1,1 @@
+"""Entry points: `mmrag <command>` or `python -m mmrag.pipelines.<command>`."""

@@ -1,0 +1,75 @@
+"""Command-line options shared by every entry point: `--config` and `--set`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import typing
+
+import huggingface_hub.constants
+import huggingface_hub.utils
+
+from mmrag.cluster.runtime_env import job_env_vars
+from mmrag.config import Config, ConfigError, load_config
+from mmrag.presets import preset_names, resolve_config
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE|PRESET",
+        help="YAML config: a file, or a preset by name (" + ", ".join(preset_names()) + "); default: the "
+             "embedded defaults (tiny offline models on CPU, synthetic data; what preset `local` restates)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override one config field, e.g. --set train.steps=10 (repeatable; VALUE is parsed as YAML)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Load the config named on the command line, or exit with a one-line error; then
+    `apply_environment` it."""
+    try:
+        cfg = load_config(resolve_config(args.config), args.overrides)
+    except ConfigError as exc:
+        exit_config_error(exc)
+    apply_environment(cfg)
+    return cfg
+
+
+def exit_config_error(error: ConfigError) -> typing.NoReturn:
+    """`config error: ...` on stderr, exit status 2 (a usage error, as argparse's)."""
+    print(f"config error: {error}", file=sys.stderr)
+    sys.exit(2)
+
+
+def apply_environment(cfg: Config) -> None:
+    """Give this process the environment the config's jobs and actors get (offline switches,
+    accelerator), before it loads any model."""
+    os.environ.update(job_env_vars(cfg))
+    # huggingface_hub reads HF_HUB_OFFLINE once, when first imported, and a command's modules
+    # import it before the config is known: so it is told directly too.
+    huggingface_hub.constants.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE or cfg.offline
+    if cfg.offline:
+        # Offline nothing is downloaded: the hub's bars would only show local checkpoints loading
+        # and saving. transformers copies the hub's setting when first imported, so if it already
+        # is, it is told too.
+        huggingface_hub.utils.disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+def run_main(module) -> None:
+    """`python -m mmrag.pipelines.<name>`: the same parser and run() as `mmrag <name>`."""
+    name = module.__spec__.name if module.__spec__ else module.__name__
+    parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    module.add_arguments(parser)
+    args = parser.parse_args()
+    sys.exit(module.run(args) or 0)

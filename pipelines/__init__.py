@@ -1,1 +1,0 @@
-"""Entry points: `mmrag <command>` or `python -m pipelines.<command>`."""
