@@ -40,6 +40,9 @@ late, with a comment saying why."""
 EDGE_PACKAGES = ("mmrag.cluster", "mmrag.actors", "mmrag.pipelines")
 """The edges of the one installed namespace; the rest of `mmrag` is the Ray-free core."""
 
+MAPPED_FOLDERS = ("actors", "cluster", "pipelines", "configs")
+"""Top-level folders of the repository that `mmrag/` links in and the wheel installs under `mmrag.` only."""
+
 LAYER_MAY_IMPORT = {
     "core": {"core"},
     "mmrag.cluster": {"mmrag.cluster", "core"},
@@ -166,6 +169,16 @@ def test_each_folder_imports_only_the_folders_below_it(checked):
     upward = [f"{imp.path}:{imp.line} {name}" for imp in imports for name in imp.names
               if layer(name) is not None and layer(name) not in LAYER_MAY_IMPORT[layer(imp.importer)]]
     assert not upward, f"imports of a folder above the importer's (docs/ARCHITECTURE.md §8): {upward}"
+
+
+def test_the_mapped_folders_are_imported_only_through_mmrag(checked):
+    """`import actors.pool` would load a second copy of a module the package knows as `mmrag.actors.pool`, and
+    fail wherever the wheel is installed (it ships `mmrag` alone)."""
+    _, imports = checked
+    direct = [f"{imp.path}:{imp.line} {name}" for imp in imports for name in imp.names
+              if name.split(".")[0] in MAPPED_FOLDERS]
+    assert not direct, f"import these as mmrag.<folder>: {direct}"
+    assert all((ROOT / "mmrag" / folder).resolve() == ROOT / folder for folder in MAPPED_FOLDERS)
 
 
 def test_nothing_under_mmrag_or_cluster_but_connect_imports_ray(checked):
