@@ -80,24 +80,28 @@ def config_in_words(config: str | None, assignments: list[str]) -> str:
     return " ".join(filter(None, [config or "(embedded defaults)", portable_overrides(assignments)]))
 
 
-def publish_figures(report: str, figures: dict | list, json_path: Path, write: bool = True) -> None:
+def publish_figures(report: str, figures: dict | list, json_path: Path, write: bool = True,
+                    results: Path | None = None) -> None:
     """Write a benchmark's figures to `json_path`, then `publish` its report as the section named after the
-    JSON file (results/NAME.json: section NAME); neither when `write` is off.
+    JSON file (results/NAME.json: section NAME) of `results` (default: benchmarks/RESULTS.md); neither when
+    `write` is off.
 
     The JSON comes first, so a report refused for naming a machine path still leaves its figures.
     """
     if write:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(json_path, json.dumps(figures, indent=2) + "\n")
-    publish(report, json_path.stem, write=write)
+    publish(report, json_path.stem, write=write, results=results)
 
 
-def publish(report: str, section: str, write: bool = True) -> None:
-    """Print a benchmark's report and, unless told not to, make it RESULTS.md's section `section`.
+def publish(report: str, section: str, write: bool = True, results: Path | None = None) -> None:
+    """Print a benchmark's report and, unless told not to, make it the section `section` of `results`
+    (default: benchmarks/RESULTS.md; a research study passes its own RESULTS.md).
 
     Raises MachineSpecificPath (after printing) when the report names a path that only
-    exists on this machine; RESULTS.md is left as it was then.
+    exists on this machine; the results file is left as it was then.
     """
+    results = results or RESULTS
     report = portable(report)
     print(report)
     if not write:
@@ -105,10 +109,10 @@ def publish(report: str, section: str, write: bool = True) -> None:
     paths = machine_specific_paths(report)
     if paths:
         raise MachineSpecificPath(
-            f"{RESULTS.name}: not written, the report names paths of this machine ({', '.join(sorted(set(paths)))}); "
+            f"{results.name}: not written, the report names paths of this machine ({', '.join(sorted(set(paths)))}); "
             "name them by role (e.g. DATA_DIR) or put them under $TMPDIR, the home or the repository, "
             "then paste the report printed above into its section by hand")
-    atomic_write_text(RESULTS, with_section(RESULTS.read_text() if RESULTS.exists() else "", section, report))
+    atomic_write_text(results, with_section(results.read_text() if results.exists() else "", section, report))
 
 
 def with_section(text: str, name: str, report: str) -> str:

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from benchmarks import credit_signal
-from benchmarks.credit_signal import measure, pair_differences
 from benchmarks.learning import runs_for
+from research.credit_assignment import credit_signal
+from research.credit_assignment.credit_signal import measure, pair_differences
 
 
 def write_job(runs_dir, run, seed, credit, examples, rewards, test_reward, finished=True):

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from benchmarks.gate_misses import arm_plan, gate_record
 from benchmarks.learning import runs_for
+from research.retrieval_gate.gate_misses import arm_plan, gate_record
 
 
 def test_the_two_arms_run_benchmark_learnings_jobs_differing_in_the_gate_flag_alone(tmp_path):

@@ -2,10 +2,10 @@
 
 from PIL import Image
 
-from benchmarks.ceilings import oracle_selection, perfect_query
 from mmrag.data.dataset import Question
 from mmrag.data.world import Entity
 from mmrag.retrieval.hit import Hit
+from research.zoo_ceilings.ceilings import oracle_selection, perfect_query
 
 PICTURE = Image.new("RGB", (4, 4))
 

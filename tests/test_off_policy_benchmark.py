@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from benchmarks.async_correction import (correction_runs, paired_pairs, pairs_in_words, probe_bases, probe_pairs,
-                                         reranker_lags)
 from benchmarks.learning import runs_for
-from benchmarks.off_policy_drift import drift_windows, main, summary
+from research.off_policy.async_correction import (correction_runs, paired_pairs, pairs_in_words, probe_bases,
+                                                  probe_pairs, reranker_lags)
+from research.off_policy.off_policy_drift import drift_windows, main, summary
 
 
 def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_correction():

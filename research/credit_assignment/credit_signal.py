@@ -1,20 +1,20 @@
 """Where shared reward's credit differs from tree backprop's: what the ranking learns from, step by step.
 
-Not a test: `python -m benchmarks.credit_signal` from the repository root, after `benchmarks.learning` has trained
-its runs `local-reference` and `shared-reward`, and `reranker-only` and `reranker-only-shared` (it reads their job
-directories under --runs-dir; it trains nothing; a pair with no finished seed is left out). With
-`train.aggregate: mean` the two credits give the translator the same preference pairs and the retrieval gate the
-same gaps (`mmrag.rl.rollout.shared_reward_credit`); what differs is the ranking's baseline. Tree backprop takes
-each draw's advantage against the other draws for the same query, so a query whose draws all score alike teaches
-the ranking nothing. Shared reward takes it against the batch mean, so every draw carries a signal, and for a query
-whose draws tie that signal is the query's offset from the batch, the same whichever ranking was drawn: zero in
-expectation, noise in the gradient.
+Not a test: `python -m research.credit_assignment.credit_signal` from the repository root, after `benchmarks.learning`
+has trained its runs `local-reference` and `shared-reward`, and `reranker-only` and `reranker-only-shared` (it reads
+their job directories under --runs-dir; it trains nothing; a pair with no finished seed is left out). With
+`train.aggregate: mean` the two credits give the translator the same preference pairs and the retrieval gate the same
+gaps (`mmrag.rl.rollout.shared_reward_credit`); what differs is the ranking's baseline. Tree backprop takes each
+draw's advantage against the other draws for the same query, so a query whose draws all score alike teaches the
+ranking nothing. Shared reward takes it against the batch mean, so every draw carries a signal, and for a query whose
+draws tie that signal is the query's offset from the batch, the same whichever ranking was drawn: zero in expectation,
+noise in the gradient.
 
 Per (run, seed) and phase of --phase steps, from each job's metrics.jsonl: the fraction of the ranking's draws that
 carry a signal (the reranker's `examples` less the gate's queries, over the leaves less the skip arms), the
 training reward (the rollouts' mean reward) and the translator's preference pairs; and each job's test reward (its
-eval_test). Reports shared - tree paired by seed, writes benchmarks/results/credit_signal.json and its RESULTS.md
-section credit_signal.
+eval_test). Reports shared - tree paired by seed, writes research/credit_assignment/results/credit_signal.json
+and its RESULTS.md section credit_signal.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from benchmarks.learning_report import Spread, paired_difference
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.training.metrics_log import read_metrics
 
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 RESULTS_JSON = Path(__file__).with_name("results") / "credit_signal.json"
 PAIRS = (("shared-reward", "local-reference"), ("reranker-only-shared", "reranker-only"))
 """(run with `train.credit: shared`, the same run with `tree`): runs of `benchmarks.learning`, nothing else apart."""
@@ -126,7 +128,8 @@ def report(rows: list[dict], tests: list[dict], pairs: list[dict], phase: int) -
     seeds = sorted({t["seed"] for t in tests})
     return "\n\n".join([
         f"## What the ranking learns from: tree backprop against shared reward ({datetime.date.today()})",
-        f"Machine: {machine()}. `python -m benchmarks.credit_signal --phase {phase}`: read from the job directories "
+        f"Machine: {machine()}. `python -m research.credit_assignment.credit_signal --phase {phase}`: read from the "
+        "job directories "
         f"of `benchmarks.learning`'s runs, seeds {', '.join(map(str, seeds))}; nothing is trained here. Each pair "
         "differs in `train.credit` alone (shared, tree), which with `train.aggregate: mean` changes only the "
         "ranking's baseline (`mmrag.rl.rollout.shared_reward_credit`). Test: greedy reward of the export on the "
@@ -163,7 +166,8 @@ def main() -> None:
                          f"({'; '.join(' and '.join(pair) for pair in PAIRS)}); run benchmarks.learning first")
     figures = {"date": str(datetime.date.today()), "machine": machine(), "phase_steps": args.phase,
                "rows": rows, "tests": tests, "pairs": [as_json(pair) for pair in pairs]}
-    publish_figures(report(rows, tests, pairs, args.phase), figures, RESULTS_JSON, write=not args.print_only)
+    publish_figures(report(rows, tests, pairs, args.phase), figures, RESULTS_JSON, write=not args.print_only,
+                    results=RESULTS_MD)
 
 
 if __name__ == "__main__":

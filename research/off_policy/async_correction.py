@@ -1,6 +1,6 @@
 """Off-policy correction under asynchronous training: corrected against uncorrected, paired by seed.
 
-Not a test: `python -m benchmarks.async_correction [--config CFG] [--set ...]` from the repository root,
+Not a test: `python -m research.off_policy.async_correction [--config CFG] [--set ...]` from the repository root,
 with the config's dataset and index built and the fixed baselines measured (`benchmarks.baselines`;
 `benchmarks.learning` needs them). It trains and evaluates, with `benchmarks.learning`'s jobs, only the
 distributed runs of issue 22 item 5: for each lag L of --lags, `async-lagL` (`train.off_policy_correction`
@@ -15,8 +15,8 @@ policy lag (`policy_lag`: the learner's version minus the oldest sampling versio
 the translator's) and the reranker's own lag (the only component the correction weights), and the
 per-step importance-ratio statistics (mean, std within a batch, fraction above `train.importance_ratio_cap`),
 logged whether or not the correction is on. Reports each pair's test and final-val difference paired by
-seed (mean and standard error), writes benchmarks/results/async_correction.json, draws the val curves to
-benchmarks/async_correction.png and writes its section of benchmarks/RESULTS.md.
+seed (mean and standard error), writes research/off_policy/results/async_correction.json, draws the val curves to
+research/off_policy/async_correction.png and writes its section of research/off_policy/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from mmrag.presets import resolve_config
 from mmrag.training.evaluate import held_out_sample
 from mmrag.training.metrics_log import read_metrics
 
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results" / "async_correction.json"
 UNCORRECTED = "-uncorrected"
@@ -267,7 +269,7 @@ def main() -> None:
                   for figure in ("val_final", "val_mean")},
                "paired_probe": {name: {figure: _paired_json(p) for figure, p in both.items()}
                                 for name, both in probes.items()}}
-    publish_figures(text, figures, args.json, write=not args.print_only)
+    publish_figures(text, figures, args.json, write=not args.print_only, results=RESULTS_MD)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The retrieval gate with and without the misses: `train.gate_learns_from_misses` on against off, paired by seed.
 
-Not a test: `python -m benchmarks.gate_misses --run local-reference --steps 120` (or `--run async-lag4
+Not a test: `python -m research.retrieval_gate.gate_misses --run local-reference --steps 120` (or `--run async-lag4
 --steps 60`) from the repository root, with the config's dataset and index built and the fixed baselines
 measured (as for `benchmarks.learning`). It trains and evaluates, with `benchmarks.learning`'s jobs, one of
 its runs twice per seed: with `train.gate_learns_from_misses=true`, the misses counted (job directories in
@@ -11,7 +11,7 @@ fail, and their gap is the documents' price alone.
 Per (arm, seed): the test reward, overall and per question kind, the val curve, its last and its lowest point
 after step 0, and on val the fraction of one-fact and two-fact questions that keep no document (the gate
 skipping a question that needs evidence), its most over the evaluations. Reports ignored - counted paired by
-seed (mean ± standard error), draws both arms' val curves, writes benchmarks/results/gate_misses_RUN.json
+seed (mean ± standard error), draws both arms' val curves, writes research/retrieval_gate/results/gate_misses_RUN.json
 and its RESULTS.md section gate_misses_RUN (RUN: --run with '-' as '_'; `--json results/NAME.json` names
 both NAME instead, for a probe beside a section already measured).
 """
@@ -35,6 +35,8 @@ from mmrag.presets import resolve_config
 from mmrag.training.evaluate import held_out_sample
 from mmrag.training.metrics_log import read_metrics
 
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 HERE = Path(__file__).resolve().parent
 ARMS = {"misses counted": ["train.gate_learns_from_misses=true"],
         "misses ignored": ["train.gate_learns_from_misses=false"]}
@@ -179,7 +181,8 @@ def main() -> None:
                "unfinished": unfinished, "records": records,
                "paired": {figure: {"mean": p.mean, "standard_error": p.se, "n": p.n, "per_seed": list(p.differences)}
                           for figure, p in paired.items()}}
-    publish_figures(report(args, records, paired, unfinished), figures, json_path, write=not args.print_only)
+    publish_figures(report(args, records, paired, unfinished), figures, json_path, write=not args.print_only,
+                    results=RESULTS_MD)
 
 
 if __name__ == "__main__":

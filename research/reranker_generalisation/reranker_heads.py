@@ -1,16 +1,16 @@
 """Does a reranker head generalise across entities? Each head fitted on gold labels on train, measured on val.
 
-Not a test: `python -m benchmarks.reranker_heads [--config CFG] [--set ...] [--heads similarity mlp]` from the
-repository root, with the config's dataset and index built. The cheap check before any reward-backprop run: a
-head that cannot learn, from labels, to pick the gold passage of an unseen entity cannot learn it from reward.
+Not a test: `python -m research.reranker_generalisation.reranker_heads [--config CFG] [--set ...] [--heads similarity
+mlp]` from the repository root, with the config's dataset and index built. The cheap check before any reward-backprop
+run: a head that cannot learn, from labels, to pick the gold passage of an unseen entity cannot learn it from reward.
 For the fact questions (one-fact, two-fact) of train and val: the untrained translator's greedy query, its top
 `index.top_k` candidates, the reranker's features (frozen backbone) computed once. Each head is then fitted as
-component-level training fits it (`gold_classifier_loss`: softmax over the candidate logits, cross-entropy on
-the gold candidates) with Adam at `reranker.lr`, on minibatches of train rows, and measured before (retrieval
-order: every head starts there) and after, on train and val: top-1 (the highest candidate logit is gold) and
-gold kept (the fraction of gold passages among the top n, n = the question's number of gold passages), over
-the rows with a gold passage among their candidates. Prints the table and writes its section of RESULTS.md and
-benchmarks/results/reranker_heads.json.
+component-level training fits it (`gold_classifier_loss`: softmax over the candidate logits, cross-entropy on the gold
+candidates) with Adam at `reranker.lr`, on minibatches of train rows, and measured before (retrieval order: every head
+starts there) and after, on train and val: top-1 (the highest candidate logit is gold) and gold kept (the fraction of
+gold passages among the top n, n = the question's number of gold passages), over the rows with a gold passage among
+their candidates. Prints the table and writes its section of RESULTS.md and
+research/reranker_generalisation/results/reranker_heads.json.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 from mmrag.pipelines.options import add_config_options, config_from_args
 
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "reranker_heads.json"
 
 
@@ -135,7 +137,8 @@ def main() -> None:
                "sets": portable_overrides(args.overrides), "steps": args.steps, "lr": cfg.reranker.lr,
                "seed": args.seed, "records": records}
     publish_figures(report(records, train, val, args, args.steps, cfg.reranker.lr,
-                           (time.perf_counter() - started) / 60), figures, args.json, write=not args.print_only)
+                           (time.perf_counter() - started) / 60), figures, args.json, write=not args.print_only,
+                    results=RESULTS_MD)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How much reward can training reach with this zoo? Retrieval recall and oracle rerankers, on val, per kind.
 
-Not a test: `python -m benchmarks.ceilings [--config CFG] [--set ...]` from the repository root, with a
+Not a test: `python -m research.zoo_ceilings.ceilings [--config CFG] [--set ...]` from the repository root, with a
 world v2 dataset and its index built (`mmrag synth`, `mmrag index`). Eval-only, greedy, frozen models, on the
 val split (the test split is never read). Two queries per question:
 
@@ -21,7 +21,7 @@ what a perfect STOP alone gives); and the oracle reranker over the candidates (n
 otherwise exactly the gold passages found among the candidates, in gold order, and nothing if none is
 there). Reranker alone = oracle(greedy) - best fixed(greedy); translator alone = best fixed(perfect) -
 best fixed(greedy); both = oracle(perfect) - best fixed(greedy). Prints the table, writes its section of
-RESULTS.md and benchmarks/results/ceilings.json.
+RESULTS.md and research/zoo_ceilings/results/ceilings.json.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 from mmrag.pipelines.options import add_config_options, config_from_args
 
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "ceilings.json"
 KINDS = ("visual", "one-fact", "two-fact")
 
@@ -223,7 +225,7 @@ def main() -> None:
                              "translator_alone": per_query["perfect"]["best_fixed"]["all"] - base,
                              "both": per_query["perfect"]["oracle_reranker"]["all"] - base}}
     publish_figures(report(figures, args, (time.perf_counter() - started) / 60), figures, args.json,
-                    write=not args.print_only)
+                    write=not args.print_only, results=RESULTS_MD)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Does the reranker's ranking collapse when its policy drifts away from the policies that drew its experience?
 
-Not a test: `python -m benchmarks.off_policy_drift [--out DIR]` from the repository root, after
-`benchmarks.async_correction` (it trains nothing: it reads that benchmark's job directories, one per run and seed,
-listed in benchmarks/results/async_correction.json). Per run and seed, for each window of steps between two val
-evaluations: the median over the window's steps of the mean importance ratio pi_now / pi_behaviour of the
+Not a test: `python -m research.off_policy.off_policy_drift [--out DIR]` from the repository root, after
+`research.off_policy.async_correction` (it trains nothing: it reads that study's job directories, one per run and
+seed, listed in research/off_policy/results/async_correction.json). Per run and seed, for each window of steps between
+two val evaluations: the median over the window's steps of the mean importance ratio pi_now / pi_behaviour of the
 reranker's training examples (logged whether or not the correction is on: a mean far below 1 means the learner's
-policy has moved away from the versions that sampled its experience), and what the val gold-selected rate did
-(its change over the window, and how far it ends below the run's best so far). Windows are then split at a median
-ratio of --low-ratio. Prints the table, writes benchmarks/results/off_policy_drift.json (or --json) and its RESULTS.md
+policy has moved away from the versions that sampled its experience), and what the val gold-selected rate did (its
+change over the window, and how far it ends below the run's best so far). Windows are then split at a median ratio of
+--low-ratio. Prints the table, writes research/off_policy/results/off_policy_drift.json (or --json) and its RESULTS.md
 section.
 """
 
@@ -20,11 +20,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from benchmarks import async_correction, learning
+from benchmarks import learning
 from benchmarks.results import machine, markdown_table, publish_figures, seeds_in_words
 from mmrag.training.metrics_log import read_metrics
+from research.off_policy import async_correction
 
-RESULTS_JSON = learning.RESULTS_JSON.parent / "off_policy_drift.json"
+RESULTS_MD = Path(__file__).with_name("RESULTS.md")
+"""This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
+RESULTS_JSON = Path(__file__).resolve().parent / "results" / "off_policy_drift.json"
 COLLAPSE = 0.2
 """A window ends in a collapse when val gold-selected is this far below the run's best so far."""
 
@@ -59,7 +62,7 @@ def summary_row(label: str, figures: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/learning"),
-                        help="benchmarks.async_correction's job directories (default: runs/learning)")
+                        help="research.off_policy.async_correction's job directories (default: runs/learning)")
     parser.add_argument("--async-json", type=Path, default=async_correction.RESULTS_JSON,
                         help="the async_correction record whose runs and seeds to read (default: its results JSON)")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON,
@@ -90,8 +93,9 @@ def main() -> None:
     report = "\n".join([
         f"## Off-policy drift before the ranking collapses: {', '.join(plan)}, "
         f"{seeds_in_words({seed for seeds in plan.values() for seed in seeds})} ({figures['date']})", "",
-        f"Machine: {figures['machine']}. `python -m benchmarks.off_policy_drift`: the job directories of "
-        f"`benchmarks.async_correction` (runs and seeds of results/{args.async_json.name}), nothing trained. A window is "
+        f"Machine: {figures['machine']}. `python -m research.off_policy.off_policy_drift`: the job directories of "
+        f"`research.off_policy.async_correction` (runs and seeds of results/{args.async_json.name}), nothing trained. "
+        "A window is "
         "the steps between two val evaluations (200 val questions); its ratio is the median over its steps of the "
         "mean importance ratio pi_now / pi_behaviour of the reranker's training examples; a collapse is a window "
         f"that ends with val gold-selected {COLLAPSE} or more below the run's best so far.", "",
@@ -102,7 +106,7 @@ def main() -> None:
     if args.print_only:
         print(report)
         return
-    publish_figures(report, figures, args.json)
+    publish_figures(report, figures, args.json, results=RESULTS_MD)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Why shared reward trails tree backprop: what the ranking learns from, step by step. See README.md."""

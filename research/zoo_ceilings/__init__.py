@@ -1,0 +1,1 @@
+"""What training can reach with the tiny zoo: oracle queries and oracle selections. See README.md."""
