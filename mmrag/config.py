@@ -40,11 +40,10 @@ class DataConfig:
     dir: str = "runs/data"
     """Dataset directory: kb.parquet and questions_{train,val,test}.parquet."""
     world: Literal["v1", "v2"] = "v2"
-    """Synthetic generator: `v2` (varying knowledge demand, a KB in its own wording) or `v1` (the old figures'
-    world: one-fact questions, the zoo's own templates; mmrag/configs/local-v1.yaml runs it end to end)."""
+    """Synthetic generator: `v2` (knowledge demand varying by question kind, a KB in its own wording) or `v1`
+    (one-fact questions in the zoo's own templates; the `local-v1` preset)."""
     entities: int = 320
-    """Synthetic generator: number of entities (local mode); 320 gives 650 test questions from 65 entities in v2
-    (195 visual, 325 one-fact, 130 two-fact), 520 one-fact ones from 65 entities in v1."""
+    """Synthetic generator: number of entities; a tenth of them, with their questions, form each held-out split."""
     seed: int = 0
     """Synthetic generator: seed; the same seed writes byte-identical data."""
     image_size: int = 64
@@ -98,10 +97,7 @@ class IndexConfig:
     use_gpu: bool = True
     """Move shards to GPU FAISS when faiss sees a GPU (ignored on CPU-only faiss)."""
     top_k: int = 50
-    """Candidates returned by the router for each query. 50 on world v2: the untrained query finds the gold passage
-    of 88 % of val's one-fact questions in the top 20 and 95 % in the top 50, both of a two-fact question's for 69 %
-    and 84 %; once the reranker can tell the pictured entity's passages apart (`mmrag.models.word_match`) recall is
-    what limits it (val 0.80-0.83 at 20, 0.83-0.86 at 50; docs/LEARNING.md)."""
+    """Candidates the retrieval router returns per query, merged over shards (what the reranker chooses from)."""
     shard_num_cpus: float = 0.5
     """CPUs reserved by each RetrievalShard actor."""
     shard_replicas: int = 1
@@ -145,41 +141,25 @@ class TranslatorConfig:
     """User prompt; `{question}` is replaced by the question."""
     query_template: str = "{seen} {response} {question}"
     """The search query built from the LVLM's response: `{response}` is what the LVLM writes (what DPO trains),
-    `{question}` the question lower-cased without its trailing "?", `{seen}` what `visual_reader` sees in the
-    question image, in words. "{response}" makes the response the query. `{seen}` first: the reader's eye starts
-    the query and the translator's response extends it. World v2's val (640 questions), untrained, top 5 reordered
-    by sight: 0.652 for this template, 0.659 with `{seen}` after the response, 0.556 for the template before it
-    ("{response} {question}"), 0.686 for `{seen} {question}` with no response (docs/LEARNING.md)."""
+    `{question}` the question lower-cased, `{seen}` what `visual_reader` reads in the question image, in words."""
     visual_reader: str = "zoo:visual-reader"
     """Frozen eye whose reading fills the query template's `{seen}` (the grounded generator's,
     `generator.visual_reader`); loaded only for a template with `{seen}`, which needs one."""
     train_vision_tower: bool = False
-    """Fine-tune the LVLM's vision tower too (full fine-tuning only; LoRA never adapts it). Off by default: DPO on
-    query rewards alone made the tiny translator lose its eye (measured, see benchmarks/RESULTS.md)."""
+    """Fine-tune the LVLM's vision tower too (full fine-tuning only; LoRA never adapts it)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapter."""
     num_samples: int = 4
-    """N: queries sampled per question during training. 8 on world v2 (60 steps, 320 val questions, seeds 0 / 1):
-    val 0.525 / 0.484 against 0.491 / 0.481, recall@K 0.566 / 0.572 against 0.544 / 0.559, but seed 1 kept 3
-    documents on every visual question; not a clear win at 2 seeds, about 1.6x a step: 4 stays (docs/LEARNING.md)."""
+    """N: queries sampled per question during training."""
     empty_sibling: bool = True
-    """During training, the last of each question's `num_samples` responses is the empty one (the query template
-    without the LVLM's words), scored as a sample: DPO can then prefer writing nothing, which the tiny translator
-    never samples (an empty response has log-prob -13 against -3 for the greedy one). With lr 3e-4 the translator
-    alone then gains +0.06 on val (its queries fall from 17 to 12 words), without it nothing (docs/LEARNING.md).
-    Its log-prob is not that of a draw: nothing weighs the translator's samples by an importance ratio."""
+    """During training, make each question's last sampled response the empty one, so DPO can prefer the query
+    template without the LVLM's words (which a small translator rarely samples)."""
     temperature: float = 0.5
-    """Sampling temperature during training. At 1.0 the tiny v2 translator writes token salad: its sampled queries
-    found a gold passage in the top 20 for 26 % of fact questions against 70-75 % for its greedy query (0.48 at 0.7,
-    0.66 at 0.5, 0.71 at 0.3; best of 4 samples 0.84 at 0.5), so rollouts trained the reranker on candidates it never
-    sees at inference (docs/LEARNING.md, world v2). World v1's preset keeps 1.0, where its figures were measured."""
+    """Sampling temperature of the translator's queries during training."""
     max_new_tokens: int = 16
     """Longest query, in tokens."""
     lr: float = 3e-4
-    """Learning rate. 3e-4 with `empty_sibling` (the default): the translator learns to write less. Without it, at
-    3e-4 DPO's full fine-tuning of the tiny translator lost 0.10 val reward in 10 steps on world v1 (whose preset
-    keeps 3e-5), and on world v2 1e-4 reached 0.419 against 0.491 at 3e-5 (60 steps, 320 val questions;
-    docs/LEARNING.md)."""
+    """Learning rate of the translator."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights dtype (bf16 on GPU presets)."""
     num_gpus: float = 0.0
@@ -193,27 +173,15 @@ class RerankerConfig:
     backbone_name: str = "mmrag-tiny-clip"
     """open_clip model whose features the reranker head reads."""
     backbone_pretrained: str = "zoo:tiny-clip-v2"
-    """Checkpoint of that backbone (tag, path or `zoo:NAME`). The retriever's (`encoder.pretrained`): the reranker
-    reads the KB's wording with a model fitted on its world's vocabulary. Until 2026-12-01 world v2 kept v1's
-    `zoo:tiny-clip`, never fitted on v2's synonyms (on v2's held-out wording it matched a query to its passage 26 %
-    of the time, against 98 % for tiny-clip-v2). Switching (60 steps, val 320 questions, seeds 0-3, paired): val
-    +0.014 +- 0.012; gold-label top-1 (`benchmarks/reranker_heads.py`) 0.377 -> 0.404 (docs/LEARNING.md)."""
+    """Checkpoint of that backbone (tag, path or `zoo:NAME`); the retriever's (`encoder.pretrained`) by default."""
     visual_reader: str = "zoo:visual-reader"
-    """Frozen eye the reranker reads the question image with (the grounded generator's, `generator.visual_reader`;
-    empty: none). What it sees, described in the backbone's wording and embedded by its text tower, is compared
-    with each candidate (`mmrag.models.similarity_head`): near-duplicates differ only in texture, which tiny-clip's
-    image tower barely tells apart. On val's fact questions (60 steps' worth of candidates, greedy query), the
-    candidate closest to that description belongs to the pictured entity for 72 % of them, the retriever's first
-    for 42 %, the candidate closest to the question image for 47 % (docs/LEARNING.md)."""
+    """Frozen eye the reranker reads the question image with (empty: none); what it reads, embedded by the
+    backbone's text tower, is compared with each candidate (`mmrag.models.similarity_head`)."""
     backbone: Literal["frozen", "lora"] = "frozen"
-    """Keep the CLIP backbone frozen, or tune LoRA adapters on it. Frozen by default: fitted on gold labels on world
-    v2 (the similarity head, lr 6e-3), LoRA on the text tower reached val top-1 0.395 after 200 steps against the
-    frozen backbone's 0.377 after 300 (retrieval order 0.300), at several times the cost (docs/LEARNING.md)."""
+    """Keep the CLIP backbone frozen, or tune LoRA adapters on its text tower."""
     head: Literal["similarity", "mlp", "cross_attention"] = "similarity"
-    """Trainable scoring head. `similarity` (`mmrag.models.similarity_head`) reads only relations (query-document
-    similarities, score gap, rank, redundancy) and the question text, and its STOP scorer reads the question
-    text alone; `mlp` and `cross_attention` read the raw CLIP vectors (they memorise entities) and their STOP
-    scorer is linear in the three query vectors."""
+    """Trainable scoring head: `similarity` reads relations (similarities, score gaps, ranks, the question text);
+    `mlp` and `cross_attention` read the raw CLIP vectors."""
     hidden_dim: int = 128
     """Width of the head."""
     score_temperature: float = 0.05
@@ -223,37 +191,22 @@ class RerankerConfig:
     lora_alpha: int = 16
     """`backbone: lora`: LoRA scaling alpha."""
     max_docs: int = 8
-    """Most documents a selection may keep (STOP is forced after this many). 8 on world v2: an entity has 6 KB
-    documents, and a reranker that finds the pictured entity but not yet the asked relation's passage can keep
-    all of them (val 0.82-0.84 against 0.80-0.83 at 5, 120 steps; at 3 against 5 before the word match: 0.555 /
-    0.570 against 0.600 / 0.610; docs/LEARNING.md). The fixed pipelines read at most 5 (`K_CHOICES`)."""
+    """Most documents a selection may keep (STOP is forced after this many)."""
     gate: bool = True
     """A retrieval gate ahead of the ranking (`mmrag.models.reranker_head.RetrievalGate`): greedy keeps nothing
-    where its skip probability exceeds 1/2, else the ranking's selection. Training takes both of its arms on every
-    query (the empty selection and `num_samples` - 1 ranking draws) and fits it to the better one
-    (`mmrag.rl.losses.gate_loss`). Off: STOP alone decides how many documents to keep, also none; on world v2
-    (300 steps, 5 seeds, test) visual questions then keep nothing on 45 % (26-73 % over seeds), against 100 % on
-    every seed with the gate, `gate_lr` 0.03 and `train.gate_gap_unit` 0.02, at the same reward (0.884 ± 0.008
-    against 0.881 ± 0.010; docs/LEARNING.md, "What steadies the gate")."""
+    where its skip probability exceeds 1/2; training fits it to the better of its two arms
+    (`mmrag.rl.losses.gate_loss`)."""
     gate_skip_prior: OpenProbability = 0.15
     """`gate`: the untrained gate's probability of keeping nothing, whatever the question. Below 1/2, so an
     untrained reranker's greedy selection is the same with a gate as without."""
     gate_lr: pydantic.PositiveFloat | None = 0.03
-    """`gate`: the gate's own learning rate; None: `lr`. On world v2 (one seed, val) its mean skip probability on
-    visual / one-fact questions after 80 steps: 0.12 / 0.04 at `lr`, 0.25 / 0.02 at 0.03; after 150 steps at
-    0.01, 0.44 / 0.04. Visual questions then kept nothing on up to 93 % of val at some evaluations
-    (docs/LEARNING.md, "The retrieval gate trained on both of its arms")."""
+    """`gate`: the gate's own learning rate; None: `lr`."""
     num_samples: int = 8
-    """M: selections sampled per translator query during training. 8 on world v2: val 0.855 / 0.865 at best
-    against 0.83 / 0.84 with 4 (seed 0, 200 and 120 steps; docs/LEARNING.md)."""
+    """M: selections sampled per translator query during training."""
     temperature: float = 1.0
     """Plackett-Luce sampling temperature during training."""
     lr: float = 6e-3
-    """Learning rate. With the similarity head on world v2 (60 steps, 2 seeds, 320 val questions): 6e-3 reached
-    val 0.494 / 0.481 and learned to keep nothing on visual questions (0.14 / 0.00 kept), 3e-3 0.487 / 0.459
-    (0.84 / 1.77 kept); 1e-2 (an earlier variant of the head) 0.497 / 0.466, one seed collapsed to keeping 3
-    everywhere (docs/LEARNING.md).
-    On world v1 3e-3 overrode a good retrieval order within 50 steps (val 0.695 -> 0.562): its preset keeps 3e-4."""
+    """Learning rate of the reranker's head."""
     num_gpus: float = 0.0
     """GPUs for each reranker replica."""
     num_replicas: int = 1
@@ -325,15 +278,10 @@ class TrainConfig:
     """How a translator node's value aggregates its reranker children."""
     credit: Literal["tree", "shared"] = "tree"
     """Credit assignment: `tree`, reward backpropagation up the rollout tree (each node against its siblings);
-    `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean
-    (`mmrag.rl.rollout.shared_reward_credit`; `aggregate` is then unused). On world v2 (5 seeds, 300 steps, test)
-    shared ends 0.016 ± 0.005 below tree, paired, from the ranking's batch baseline (`benchmarks.credit_signal`);
-    with `gate_learns_from_misses` on, level (docs/LEARNING.md)."""
+    `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean."""
     method: Literal["reward-backprop", "component-level"] = "reward-backprop"
-    """`reward-backprop`: the rollout-tree trainer (`train.mode` chooses where it runs); `component-level`: the
-    paper's contrast, each component fitted on its own gold labels (`mmrag.training.component_level`: the
-    translator on the gold passages' texts, the reranker as a classifier of gold passages), then the number of
-    documents kept chosen on val; it runs in one process whatever `train.mode` says."""
+    """`reward-backprop`: the rollout-tree trainer; `component-level`: the paper's contrast, each component fitted
+    on its own gold labels (`mmrag.training.component_level`), in one process."""
     translator_loss: Literal["dpo", "dpo_reference_free"] = "dpo"
     """Local loss for the translator."""
     dpo_beta: float = 0.1
@@ -347,48 +295,27 @@ class TrainConfig:
     shuffle_rewards: bool = False
     """Control experiment: permute rewards across the batch before backprop."""
     doc_cost: NonNegativeFloat = 0.02
-    """Price of each document a selection keeps, subtracted from its leaf's reward in credit assignment (not in
-    any reported reward): with it, keeping evidence that does not change the answer loses to keeping none, as a
-    generator's context costs time. 0.02 on world v2: once the reranker keeps the pictured entity's passages,
-    they no longer mislead a visual question, and only the price teaches it to keep none there (val: visual
-    questions keep 0.2-0.6 documents after 200 steps, against 4.8 without; docs/LEARNING.md)."""
+    """Price of each document a selection keeps, subtracted from its leaf's value in credit assignment (never from a
+    reported reward): among selections that answer alike, the one keeping fewer documents wins."""
     gate_gap_unit: pydantic.PositiveFloat | None = 0.02
-    """With `reranker.gate`: a gap between the gate's arms' values of this much or more weighs fully in its loss, a
-    smaller one in proportion (`mmrag.rl.losses.gate_loss`); None weighs each query by its regret, the gap. 0.02,
-    one document's price (`doc_cost`): on world v2 (val, 2 seeds, 120 steps) it keeps nothing on 86-100 % of
-    visual questions at every evaluation from step 20 on, where the regret's fraction swings between evaluations
-    and the best-val export lands anywhere (test, 5 seeds, 300 steps: 79-100 % against 100 % on every seed). Early
-    on it skips some two-fact questions too, whose every ranking draw fails; that cost is gone by 300 steps
-    (docs/LEARNING.md, "What steadies the gate")."""
+    """With `reranker.gate`: a gap between the gate's arms' values of at least this much weighs fully in its loss, a
+    smaller one in proportion; None weighs each query by the gap itself."""
     gate_learns_from_misses: bool = False
-    """With `reranker.gate`: whether a query none of whose leaves earns any reward gives the gate a signal. There
-    both arms fail and their gap is the documents' price alone, which says nothing of which arm answers; when the
-    ranking goes through a bad patch, every fact question is such a query and the gate learns to skip them (as
-    DAPO drops groups whose rewards are all equal, off: those queries leave the gate alone). Off, on world v2 (5
-    seeds paired, `benchmarks.gate_misses`): fact questions keeping nothing on val, at most over evaluations, 26-27 %
-    -> 2 %, test +0.009 ± 0.006 (one process, 120 steps); at lag 4 (60 steps) 46-50 % -> 2-7 %, test +0.060 ±
-    0.021. Off by default since 2026-12-07, with the learning benchmark re-run (5 seeds, 300 steps): test 0.902,
-    every target met, two-fact questions keeping two documents on 100 % of test (96 % counted), val at the last
-    step 0.862 ± 0.008 (docs/LEARNING.md, "The misses ignored by default")."""
+    """With `reranker.gate`: whether a query none of whose leaves earns any reward gives the gate a signal (both
+    arms failed; their gap is the documents' price alone)."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""
     micro_batch_size: int = 2
     """Questions per rollout micro-batch: the unit that streams through the stage pools."""
     off_policy_correction: bool = True
-    """Weight reranker examples drawn by an older policy version by their importance ratio min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
+    """Weight reranker examples drawn by an older policy version by their importance ratio
+    min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
     importance_ratio_cap: float = 2.0
     """Truncation constant of the off-policy importance weight (>= 1; on-policy examples always weigh 1)."""
     behaviour_kl_coef: NonNegativeFloat = 0.03
-    """Weight of a trust region on the reranker's off-policy updates: the mean over its examples of
-    (log pi_now - log pi_behaviour)^2 / 2 (`mmrag.rl.losses.behaviour_kl_penalty`), added to its loss. Exactly 0,
-    gradient included, on experience drawn by the weights being trained, so synchronous and `local-reference` runs
-    are unchanged by it; 0 turns it off. Chosen on val at lag 8 among 0.03, 0.1 and 1 (5 seeds, 60 steps): 0.03
-    keeps every window's median ratio above 0.6, val at the last step +0.08 / +0.18 (corrected / not), test +0.006
-    / +0.061; 0.1 costs 0.04 on test; 1 stops the reranker learning. At lag 4 (5 seeds): val at the last step +0.19 /
-    +0.13, test +0.031 / +0.036, no collapse (4 of 30 windows without); at lag 1, the default (5 seeds): val at the
-    last step +0.18 / +0.05, test +0.031 / +0.033, no collapse (3 of 30 windows without). docs/LEARNING.md, "A
-    trust region against the drift"."""
+    """Weight of a trust region on the reranker's off-policy updates, mean (log pi_now - log pi_behaviour)^2 / 2
+    over its examples (`mmrag.rl.losses.behaviour_kl_penalty`); exactly 0 on-policy; 0 turns it off."""
     checkpoint_every: int = 50
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     eval_every: int = 25
@@ -398,10 +325,7 @@ class TrainConfig:
     and checkpoint there; past it, it exits on the latest complete checkpoint. Either way with status 0."""
     export: Literal["last", "best_val"] = "best_val"
     """What RUN_DIR/export holds: the last step's weights, or (`best_val`) those of the evaluation with the best
-    held-out (val) reward, step 0 included, written whenever an evaluation beats every earlier one; export.json's
-    `version` and `mmrag train`'s summary name the step exported. Default best_val: on world v2 a run at the default
-    rates peaked at 0.448 (step 150, all 640 val questions) and was back at 0.391, the untrained figure, by step 200
-    (docs/LEARNING.md). World v1's preset (and so the tests' tiny config) exports the last step, as its figures did."""
+    held-out (val) reward; export.json's `version` names the step exported."""
     eval_questions: int = 64
     """Held-out (val) questions per evaluation, taken at even strides over the split (so from many entities)."""
     loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
@@ -457,10 +381,8 @@ class LearnerConfig:
     """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
     a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""
     spare_ranks: NonNegativeInt = 0
-    """Rank processes started ahead, each holding a bundle as a rank does (`learner.num_cpus_per_worker`, a GPU with
-    `use_gpu`), imported and idle: a restore takes them as its new ranks instead of waiting for new processes to
-    import torch, DeepSpeed and the models' code (a restore 7.1 s -> 1.9 s, benchmarks/learner_restart.py). With
-    `num_workers` of them no rank of a restore starts a process; the spares are started again after it."""
+    """Rank processes started ahead and kept idle, each holding a rank's bundle: a restore takes them as its new
+    ranks instead of waiting for new processes to start."""
     max_restores: int = 3
     """Restores of the learner from its latest checkpoint in a row without a completed step before the run stops,
     naming the rank, the call and the last error (a failure that recurs, e.g. a batch that always runs out of
@@ -558,7 +480,8 @@ class ServingConfig:
     first_group_in_ingress: bool = False
     """Run the first stage group in the ingress replicas: one hop less (`mmrag serve` retries them like any)."""
     image_reference_min_bytes: int = 102400
-    """Encoded bytes from which an image several deployments read goes to the object store once (else, with each call)."""
+    """Encoded bytes from which an image several deployments read goes to the object store once (else, with each
+    call)."""
     max_queued_requests: int = 32
     """Requests held for the ingress beyond those its replicas work on (per caller: the front, each proxy); then 503."""
     retry_after_s: int = 1
