@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_ROOTS = ("mmrag",)
 """The top-level packages the wheel ships: one namespace (`mmrag.configs` holds the presets as data)."""
 SOURCES = (*PACKAGE_ROOTS, "setup.cfg", "pyproject.toml", "README.md", "LICENSE")
-LOCAL_MODULES = {*PACKAGE_ROOTS, "benchmarks", "tests", "helpers", "conftest", "__future__"}
+LOCAL_MODULES = {*PACKAGE_ROOTS, "benchmarks", "research", "tests", "helpers", "conftest", "__future__"}
 
 
 def _setup_cfg() -> configparser.ConfigParser:
@@ -89,6 +89,7 @@ def test_every_third_party_import_is_a_declared_requirement():
     assert {_distribution(m) for m in _third_party_imports("tests")} <= test
     bench = base | _names(_requirements("options.extras_require.bench"))
     assert {_distribution(m) for m in _third_party_imports("benchmarks")} <= bench
+    assert {_distribution(m) for m in _third_party_imports("research")} <= bench
 
 
 def test_installed_versions_meet_the_stated_minimums():

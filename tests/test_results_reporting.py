@@ -12,8 +12,13 @@ from benchmarks import results
 from benchmarks.results import MachineSpecificPath, machine_specific_paths, portable, publish, seeds_in_words
 
 
-def test_results_md_names_no_machine_specific_path():
-    text = results.RESULTS.read_text()
+RESULTS_FILES = [results.RESULTS, *sorted((results.REPOSITORY / "research").glob("*/RESULTS.md"))]
+"""benchmarks/RESULTS.md and each research study's own."""
+
+
+@pytest.mark.parametrize("path", RESULTS_FILES, ids=lambda path: str(path.relative_to(results.REPOSITORY)))
+def test_results_md_names_no_machine_specific_path(path):
+    text = path.read_text()
     assert machine_specific_paths(text) == []
     assert portable(text) == text
 
@@ -55,8 +60,20 @@ def test_a_section_without_its_end_marker_is_named_not_overwritten(tmp_path, mon
     assert log.read_text() == "<!-- section: chaos -->\n## Chaos\n"
 
 
-def test_every_section_of_results_md_is_closed_and_appears_once():
-    text = results.RESULTS.read_text()
+def test_a_study_publishes_to_its_own_results_file_and_leaves_the_benchmarks_one_alone(tmp_path, monkeypatch):
+    benchmarks_log = tmp_path / "RESULTS.md"
+    benchmarks_log.write_text("# Benchmark results\n")
+    monkeypatch.setattr(results, "RESULTS", benchmarks_log)
+    study_log = tmp_path / "study" / "RESULTS.md"
+    study_log.parent.mkdir()
+    publish("## Probe\n", "probe", results=study_log)
+    assert study_log.read_text() == "<!-- section: probe -->\n## Probe\n<!-- /section: probe -->\n"
+    assert benchmarks_log.read_text() == "# Benchmark results\n"
+
+
+@pytest.mark.parametrize("path", RESULTS_FILES, ids=lambda path: str(path.relative_to(results.REPOSITORY)))
+def test_every_section_of_results_md_is_closed_and_appears_once(path):
+    text = path.read_text()
     starts = re.findall(r"<!-- section: (\S+) -->", text)
     assert starts and len(starts) == len(set(starts))
     assert re.findall(r"<!-- /section: (\S+) -->", text) == starts
