@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 from PIL import Image
-from websockets.sync.client import connect
+from websockets.sync.client import ClientConnection, connect
 
 from mmrag.config import load_config
 from mmrag.data.dataset import KB_FILE, encode_image, load_questions
@@ -34,7 +34,7 @@ API_KEY = "sk-demo-" + "fedcba9876543210"
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--remote-debugging-port=0", "--window-size=1280,1100", "--hide-scrollbars"]
+                  "--remote-debugging-port=0", "--hide-scrollbars"]
 WIDTH, HEIGHT = 1280, 1100
 
 
@@ -95,6 +95,8 @@ def test_kb_images_are_served_by_doc_id_as_the_kb_stores_them(tiny_index, synth_
     assert "has no image" in missing.json()["error"]["message"]
     assert (unknown.status_code, unknown.json()["error"]["message"]) == (
         404, "no document 'no-such-doc' in the knowledge base")
+    route = client.get("/openapi.json").json()["paths"]["/v1/kb/{doc_id}/image"]["get"]
+    assert {"200", "401", "404"} <= set(route["responses"]) and "/" not in client.get("/openapi.json").json()["paths"]
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +120,8 @@ def demo_endpoint(ray_session, tiny_export):
 class DevTools:
     """One page of a headless Chromium, driven by DevTools protocol commands over its websocket."""
 
-    def __init__(self, websocket_url: str):
-        self.socket = connect(websocket_url, max_size=None)
+    def __init__(self, socket: ClientConnection):
+        self.socket = socket
         self.last_id = 0
 
     def call(self, method: str, **params) -> dict:
@@ -139,7 +141,7 @@ class DevTools:
     def wait_for_state(self, *states: str, timeout_s: float = 120) -> str:
         """The page's `body[data-state]` once it is one of `states`."""
         deadline = time.monotonic() + timeout_s
-        while (state := self.evaluate("document.body.dataset.state")) not in states:
+        while (state := self.evaluate("document.body?.dataset.state")) not in states:  # no body while loading
             assert time.monotonic() < deadline, f"page state {state!r}, not {states} after {timeout_s} s: " + \
                 self.evaluate("document.getElementById('error').textContent")
             time.sleep(0.2)
@@ -170,7 +172,8 @@ def headless_chromium(profile: Path) -> Iterator[DevTools]:
             time.sleep(0.1)
         port = int(port_file.read_text().split()[0])
         targets = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-        yield DevTools(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"])
+        with connect(next(t for t in targets if t["type"] == "page")["webSocketDebuggerUrl"], max_size=None) as socket:
+            yield DevTools(socket)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
@@ -212,6 +215,7 @@ def test_the_page_asks_for_the_key_then_renders_the_answer_query_and_kept_passag
     image_file.write_bytes(encode_image(question.image))
 
     with headless_chromium(tmp_path / "profile") as page:
+        page.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=HEIGHT, deviceScaleFactor=1, mobile=False)
         page.call("Page.navigate", url=f"{demo_endpoint}/")
         page.wait_for_state("needs-key", timeout_s=60)
         assert "needs an API key" in page.text("key-status")
