@@ -99,6 +99,14 @@ def test_kb_images_are_served_by_doc_id_as_the_kb_stores_them(tiny_index, synth_
     assert {"200", "401", "404"} <= set(route["responses"]) and "/" not in client.get("/openapi.json").json()["paths"]
 
 
+def test_kb_images_of_an_index_the_server_cannot_read_are_a_503_naming_the_manifest(tmp_path):
+    from starlette.testclient import TestClient
+
+    client = TestClient(page_api(str(tmp_path)), headers={"Authorization": f"Bearer {API_KEY}"})
+    reply = client.get("/v1/kb/d000001/image")
+    assert reply.status_code == 503 and f"{tmp_path}/manifest.json: no index manifest" in reply.json()["error"]["message"]
+
+
 @pytest.fixture(scope="module")
 def demo_endpoint(ray_session, tiny_export):
     """The tiny export served as `mmrag serve` serves it (application + HTTP front), with an API key."""

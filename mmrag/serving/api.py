@@ -169,13 +169,16 @@ def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
 
     @api.get("/v1/kb/{doc_id:path}/image", response_class=Response, responses={
         200: {"content": {"image/*": {}}, "description": "the document's image as stored in the knowledge base"},
-        401: ERROR_RESPONSES[401], 404: {"model": ErrorReply, "description": "no such document, or it has no image"}})
+        401: ERROR_RESPONSES[401], 404: {"model": ErrorReply, "description": "no such document, or it has no image"},
+        503: {"model": ErrorReply, "description": "the index's doc stores cannot be read by this server"}})
     async def kb_image(doc_id: str) -> Response:
         """A knowledge base document's image, by the `doc_id` an answer's evidence names."""
         try:
             image = await asyncio.to_thread(kb_images.image, doc_id)
         except KeyError:
             return error_response(RequestError("doc_id", f"no document {doc_id!r} in the knowledge base", 404))
+        except (OSError, ValueError) as exc:  # the doc stores are not readable from this process
+            return error_response(RequestError(None, f"knowledge base images unavailable: {exc}", 503))
         if image is None:
             return error_response(RequestError("doc_id", f"document {doc_id!r} has no image", 404))
         return Response(image, media_type=media_type(image))
