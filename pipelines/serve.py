@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         root = f"http://{serving.host}:{serving.port}"
         how = "deployed" if created else "attached to the running application"
         print(f"serving {args.checkpoint} on {root}/v1/answer and {root}/v1/chat/completions ({how} {args.name!r}; "
-              f"OpenAPI: {root}/docs); Ctrl-C or SIGTERM stops", flush=True)
+              f"OpenAPI: {root}/docs; demo page: {root}/); Ctrl-C or SIGTERM stops", flush=True)
         while True:
             signal.pause()
     except KeyboardInterrupt:

@@ -21,7 +21,9 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert len(quickstart) == 2, "the Quickstart has exactly two commands"
     ci_lines = [line for line in (ROOT / ".ci/run").read_text().splitlines()
                 if line and not line.startswith(("#", "set ", "cd "))]
-    assert ci_lines == [quickstart[1]]
+    *setup, test_command = ci_lines
+    assert test_command == quickstart[1]
+    assert [line for line in setup if "pytest" in line or "pip" in line] == [], "CI installs and tests as the README"
 
 
 def test_readme_links_only_to_files_inside_the_repository():

@@ -13,9 +13,11 @@ naming the field on bad input, bounded in size and arrival time) and replies wit
 answer, the evidence and the time each step took. `POST /v1/chat/completions` and
 `GET /v1/models` are the same pipeline in the OpenAI dialect (`mmrag.serving.openai_chat`),
 for stock OpenAI clients. `GET /healthz` and `GET /v1/info` report liveness and what is being
-served. Bodies are the pydantic models of `mmrag.serving.schema`; every error, unknown paths
+served. `GET /v1/kb/{doc_id}/image` is a knowledge base document's image
+(`mmrag.serving.kb_images`), and `GET /` a demo page over these routes (`mmrag.serving.demo_page`).
+Bodies are the pydantic models of `mmrag.serving.schema`; every error, unknown paths
 and methods included, has one body: OpenAI's error object plus the field and status. With an
-API key (`mmrag.serving.api_key`) every route but /healthz requires it. Images stay encoded;
+API key (`mmrag.serving.api_key`) every route but /healthz and the page requires it. Images stay encoded;
 the parsers that check them run in worker threads. No Ray here.
 
 No `from __future__ import annotations` here: FastAPI must see the real `Request` class
@@ -29,12 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from mmrag.config import Config
 from mmrag.serving.api_key import ApiKeyCheck, api_key_of
 from mmrag.serving.body import check_json_type, read_answer_request, read_body
+from mmrag.serving.demo_page import PAGE_PATH, demo_page_html
+from mmrag.serving.kb_images import KbImages, media_type
 from mmrag.serving.openai_chat import chat_completion, chat_completion_events, model_list, parse_chat_request
 from mmrag.serving.openapi import openapi_with_request_models, request_body_openapi
 from mmrag.serving.request import RequestError, RequestLimits
@@ -68,15 +72,17 @@ class ApiSettings:
     versions: dict[str, Any]
     """What every answer's `versions` carries (`mmrag.serving.info.answer_versions`)."""
     api_key: str
-    """The Bearer token every route but /healthz requires; "" for none."""
+    """The Bearer token every route but /healthz and the demo page requires; "" for none."""
     model_name: str
     """The model id of the OpenAI-compatible routes."""
+    index_dir: str
+    """The index whose doc stores hold the knowledge base's images."""
 
     @classmethod
     def from_config(cls, cfg: Config, info: dict[str, Any], versions: dict[str, Any]) -> "ApiSettings":
         serving = cfg.serving
         return cls(RequestLimits.from_config(cfg), serving.body_timeout_s, serving.retry_after_s,
-                   serving.snippet_chars, info, versions, api_key_of(serving), serving.model_name)
+                   serving.snippet_chars, info, versions, api_key_of(serving), serving.model_name, cfg.index.dir)
 
 
 def error_response(error: RequestError, retry_after_s: int | None = None) -> JSONResponse:
@@ -92,6 +98,7 @@ def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
     if settings.api_key:
         api.add_middleware(ApiKeyCheck, api_key=settings.api_key)
     created = int(time.time())
+    kb_images = KbImages(settings.index_dir)
 
     async def answered(state: StageState) -> StageState | JSONResponse:
         """The finished state, or the 503 to send when no answer can come in time."""
@@ -159,6 +166,26 @@ def answer_api(run_pipeline: AnswerPath, settings: ApiSettings) -> FastAPI:
             return StreamingResponse(chat_completion_events(state.answer, state.query, evidence, chat.model),
                                      media_type="text/event-stream")
         return JSONResponse(chat_completion(state.answer, state.query, evidence, chat.model))
+
+    @api.get("/v1/kb/{doc_id:path}/image", response_class=Response, responses={
+        200: {"content": {"image/*": {}}, "description": "the document's image as stored in the knowledge base"},
+        401: ERROR_RESPONSES[401], 404: {"model": ErrorReply, "description": "no such document, or it has no image"},
+        503: {"model": ErrorReply, "description": "the index's doc stores cannot be read by this server"}})
+    async def kb_image(doc_id: str) -> Response:
+        """A knowledge base document's image, by the `doc_id` an answer's evidence names."""
+        try:
+            image = await asyncio.to_thread(kb_images.image, doc_id)
+        except KeyError:
+            return error_response(RequestError("doc_id", f"no document {doc_id!r} in the knowledge base", 404))
+        except (OSError, ValueError) as exc:  # the doc stores are not readable from this process
+            return error_response(RequestError(None, f"knowledge base images unavailable: {exc}", 503))
+        if image is None:
+            return error_response(RequestError("doc_id", f"document {doc_id!r} has no image", 404))
+        return Response(image, media_type=media_type(image))
+
+    @api.get(PAGE_PATH, response_class=HTMLResponse, include_in_schema=False)
+    async def demo_page() -> HTMLResponse:
+        return HTMLResponse(demo_page_html())
 
     @api.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """The optional API key of the serving API: an ASGI middleware requiring `Authorization: Bearer KEY`.
 
 As vLLM's `--api-key`: every route but `GET /healthz` (what load balancers and `mmrag serve`'s
-own start-up probe poll) answers 401 with the API's error body when the key is missing or
-wrong, before the request reaches a route, so no body is read for it. The key is
+own start-up probe poll) and the demo page at `/` (static HTML holding no data, which asks for
+the key and sends it with each of its requests: `mmrag.serving.demo_page`) answers 401 with
+the API's error body when the key is missing or wrong, before the request reaches a route, so
+no body is read for it. The key is
 `serving.api_key`, else the environment variable `MMRAG_API_KEY` (`api_key_of`).
 """
 
@@ -15,10 +17,11 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mmrag.config import ServingConfig
+from mmrag.serving.demo_page import PAGE_PATH
 from mmrag.serving.request import RequestError
 
 API_KEY_ENV = "MMRAG_API_KEY"
-OPEN_PATHS = frozenset({"/healthz"})
+OPEN_PATHS = frozenset({"/healthz", PAGE_PATH})
 
 
 def api_key_of(serving: ServingConfig) -> str:
