@@ -12,9 +12,9 @@ evidence a question needs, decided by the pictured entity, not by the question's
   `two-fact` when it links the entity to an anchor ("designed by the architect of X") and states
   the anchor's fact in another passage.
 
-Each question slot draws its kind from `WorldV3Options.kind_mix` and, if it needs the KB, whether it
-asks about the look (`LOOK_SHARE`) or a fact; the entity's pictures and KB are then drawn to make
-that demand true. Besides, the KB holds superseded statements about the entity (a wrong value in
+Each entity first draws which attributes its pictures hide (`HIDDEN_RATE`) and which facts the KB
+links; each question slot then draws its kind from `WorldV3Options.kind_mix`, and asks about a
+hidden attribute of that demand where the entity has one, else a fact of that demand. Besides, the KB holds superseded statements about the entity (a wrong value in
 templates of their own, `wording_v3.SUPERSEDED*`), so keeping every passage of the entity can
 mislead, and text-only lookalike landmarks (a look one attribute away, facts of their own).
 Every word comes from `mmrag.data.wording_v3`; everything derives from one `random.Random(seed)`.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,9 +37,10 @@ from mmrag.data.wording import ATTRIBUTES, VOCABULARIES
 from mmrag.data.world import RELATIONS, TEXTURES, Entity, WordMint, World, build_world, draw_entities
 
 QUESTIONS_PER_ENTITY = 10
-LOOK_SHARE = 0.6
-"""Of the questions that need the KB, the fraction that ask about the look (the rest ask a fact). Look questions
-are the only ones that can be visual, so the larger this share, the less a question's words say about its kind."""
+HIDDEN_RATE = 0.6
+"""Chance that an entity's pictures show another value of one attribute that its descriptions state, and,
+independently, of another attribute that its descriptions give through an anchor. Only look questions can be
+visual, so the more entities hide an attribute (and are asked about it), the less a question's words tell."""
 SUPERSEDED_FACT_RATE = 0.3
 """Chance that the KB also holds a superseded (wrong) statement of a given fact of an entity."""
 SUPERSEDED_LOOK_RATE = 0.3
@@ -48,8 +48,6 @@ SUPERSEDED_LOOK_RATE = 0.3
 LOOKALIKES_PER_ENTITY = 2
 """Text-only landmarks per entity whose look differs from the entity's in one attribute."""
 FACTS_PER_LOOKALIKE = 2
-MOST_STATED_HIDDEN = 2
-"""Most attributes an entity's pictures hide whose words its descriptions state (at most one more is linked)."""
 
 
 @dataclass(frozen=True)
@@ -166,35 +164,38 @@ class WorldV3Builder:
         return questions
 
     def _plan(self, entity: Entity, rng: random.Random) -> EntityPlan:
-        """Each slot's kind and group, then the hidden attributes and linked relations that make them true."""
-        kinds = rng.choices(KINDS, weights=self.options.kind_mix, k=QUESTIONS_PER_ENTITY)
-        groups = ["look" if kind == VISUAL or rng.random() < LOOK_SHARE else "fact" for kind in kinds]
-        needed = Counter(zip(kinds, groups))
+        """The entity's hidden attributes and linked relations, then each question slot's kind and what it asks."""
         attributes = rng.sample(ATTRIBUTES, len(ATTRIBUTES))
-        linked_attributes = attributes[:min(1, needed[TWO_FACT, "look"])]
-        stated_attributes = attributes[len(linked_attributes):][:min(MOST_STATED_HIDDEN, needed[ONE_FACT, "look"])]
+        stated_hidden = attributes[0] if rng.random() < HIDDEN_RATE else None
+        linked_hidden = attributes[1] if rng.random() < HIDDEN_RATE else None
+        kinds = rng.choices(KINDS, weights=self.options.kind_mix, k=QUESTIONS_PER_ENTITY)
+        # A one-fact (two-fact) question asks the attribute the pictures hide and the KB states (links) if there is
+        # one, else a fact the KB states (links).
+        asks_fact = {kind for kind in kinds if kind != VISUAL and {ONE_FACT: stated_hidden,
+                                                                     TWO_FACT: linked_hidden}[kind] is None}
         relations = rng.sample(list(RELATIONS), len(RELATIONS))
         # Unasked relations are linked or direct too, so the KB's shape says nothing about what is asked.
-        fewest, most = min(1, needed[TWO_FACT, "fact"]), len(relations) - min(1, needed[ONE_FACT, "fact"])
+        fewest, most = int(TWO_FACT in asks_fact), len(relations) - int(ONE_FACT in asks_fact)
         linked_relations = relations[:rng.randint(fewest, most)]
-        items = {(VISUAL, "look"): [a for a in attributes if a not in linked_attributes + stated_attributes],
-                 (ONE_FACT, "look"): stated_attributes, (TWO_FACT, "look"): linked_attributes,
+        hidden = [a for a in (stated_hidden, linked_hidden) if a is not None]
+        items = {(VISUAL, "look"): [a for a in attributes if a not in hidden],
+                 (ONE_FACT, "look"): [stated_hidden], (TWO_FACT, "look"): [linked_hidden],
                  (ONE_FACT, "fact"): [r for r in relations if r not in linked_relations],
                  (TWO_FACT, "fact"): linked_relations}
         decks: dict[tuple[str, str], list[tuple[str, str]]] = {}
         slots = []
-        for kind, group in zip(kinds, groups):
+        for kind in kinds:
+            group = "fact" if kind in asks_fact else "look"
             deck = decks.setdefault((kind, group), [])
             if not deck:  # every (item, wording) once before any twice
                 templates = VISUAL_TEMPLATES if group == "look" else ONE_FACT_TEMPLATES
                 pairs = [(item, template) for item in items[kind, group] for template in templates[item]]
                 deck.extend(rng.sample(pairs, len(pairs)))
             slots.append(Slot(kind, group, *deck.pop()))
-        hidden = linked_attributes + stated_attributes
         shown = dataclasses.replace(entity, **{a: _other_word(a, getattr(entity, a), rng) for a in hidden})
         look = wording_v3.Look.of(entity)
-        if linked_attributes:
-            look = dataclasses.replace(look, linked_attribute=linked_attributes[0], anchor=self._landmark_name())
+        if linked_hidden is not None:
+            look = dataclasses.replace(look, linked_attribute=linked_hidden, anchor=self._landmark_name())
         return EntityPlan(slots, shown, look, set(linked_relations))
 
     def _landmark_name(self) -> str:
