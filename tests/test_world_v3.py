@@ -34,7 +34,8 @@ def _questions(world):
 
 def _bag_of_words_accuracy(train, test) -> float:
     """Test accuracy of a multinomial logistic regression on word counts, fitted on `train`'s kinds."""
-    vocabulary = {w: i for i, w in enumerate(sorted({w for q in train for w in re.findall(r"[a-z]+", q.question.lower())}))}
+    words = sorted({word for q in train for word in re.findall(r"[a-z]+", q.question.lower())})
+    vocabulary = {word: i for i, word in enumerate(words)}
 
     def features(questions):
         x = torch.zeros(len(questions), len(vocabulary) + 1)

@@ -14,9 +14,12 @@ evidence a question needs, decided by the pictured entity, not by the question's
 
 Each entity first draws which attributes its pictures hide (`HIDDEN_RATE`) and which facts the KB
 links; each question slot then draws its kind from `WorldV3Options.kind_mix`, and asks about a
-hidden attribute of that demand where the entity has one, else a fact of that demand. Besides, the KB holds superseded statements about the entity (a wrong value in
-templates of their own, `wording_v3.SUPERSEDED*`), so keeping every passage of the entity can
-mislead, and text-only lookalike landmarks (a look one attribute away, facts of their own).
+hidden attribute of that demand where the entity has one, else a fact of that demand. An anchor's
+passage places the anchor by the entity's look, so one query can retrieve both passages.
+
+Besides, the KB holds superseded statements about the entity (a wrong value in templates of their
+own, `wording_v3.SUPERSEDED*`), so keeping every passage of the entity can mislead, and text-only
+lookalike landmarks (a look one attribute away, facts of their own).
 Every word comes from `mmrag.data.wording_v3`; everything derives from one `random.Random(seed)`.
 """
 
@@ -45,7 +48,7 @@ SUPERSEDED_FACT_RATE = 0.3
 """Chance that the KB also holds a superseded (wrong) statement of a given fact of an entity."""
 SUPERSEDED_LOOK_RATE = 0.3
 """Chance that the KB also holds a superseded (wrong) look of an entity."""
-LOOKALIKES_PER_ENTITY = 2
+LOOKALIKES_PER_ENTITY = 1
 """Text-only landmarks per entity whose look differs from the entity's in one attribute."""
 FACTS_PER_LOOKALIKE = 2
 
@@ -119,7 +122,7 @@ class WorldV3Builder:
                 anchor = self._landmark_name()
                 passages.append(_Passage(wording_v3.link(entity.name, plan.look, relation, anchor, rng),
                                          entity.name, entity.entity_id, ("fact", relation)))
-                passages.append(_Passage(wording_v3.anchor_fact(anchor, relation, value, rng), anchor, "",
+                passages.append(_Passage(wording_v3.anchor_fact(anchor, plan.look, relation, value, rng), anchor, "",
                                          ("fact", relation)))
             else:
                 passages.append(_Passage(wording_v3.direct_fact(entity.name, plan.look, relation, value, rng),
@@ -130,8 +133,8 @@ class WorldV3Builder:
                                          entity.name, entity.entity_id))
         if plan.look.linked_attribute is not None:
             attribute, anchor = plan.look.linked_attribute, plan.look.anchor
-            passages.append(_Passage(wording_v3.anchor_attribute(anchor, attribute, getattr(entity, attribute), rng),
-                                     anchor, "", ("look", attribute)))
+            text = wording_v3.anchor_attribute(anchor, plan.look, attribute, getattr(entity, attribute), rng)
+            passages.append(_Passage(text, anchor, "", ("look", attribute)))
         if rng.random() < SUPERSEDED_LOOK_RATE:
             passages.append(_Passage(wording_v3.superseded_look(entity.name, _one_attribute_off(entity, rng), rng),
                                      entity.name, entity.entity_id))

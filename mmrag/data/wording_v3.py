@@ -55,12 +55,25 @@ LINKED_DESCRIPTIONS: dict[str, tuple[str, ...]] = {
 """An entity's look with attribute -> its field replaced by a reference to {anchor} (other fields as above)."""
 
 ANCHOR_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "colour": ("{anchor} is painted {value}.", "The walls of {anchor} are {value}."),
-    "shape": ("{anchor} has the outline of a {value}.", "Seen from above, {anchor} forms a {value}."),
-    "texture": ("The surface of {anchor} is {value}.", "{anchor} is known for its {value} facade."),
-    "background": ("{anchor} stands against a {value} sky.", "Behind {anchor} the hills are {value}."),
+    "colour": ("Across from {partial} stands {anchor}, painted {value}.",
+               "{anchor}, which faces {partial}, has {value} walls."),
+    "shape": ("Across from {partial} stands {anchor}, built as a {value}.",
+              "{anchor}, which faces {partial}, has the outline of a {value}."),
+    "texture": ("Across from {partial} stands {anchor}, its surface {value}.",
+                "{anchor}, which faces {partial}, is known for its {value} facade."),
+    "background": ("Across from {partial} stands {anchor}, against a {value} sky.",
+                   "{anchor}, which faces {partial}, has {value} hills behind it."),
 }
-"""What an anchor's passage says about its look. Fields: {anchor}, {value} (a spelling of the attribute word)."""
+"""An anchor's look. Fields: {anchor}, {value} (a spelling of the attribute word), {partial}: the linking entity's
+look without that attribute (`PARTIAL_DESCRIPTIONS`), so that what retrieves the entity retrieves its anchor."""
+
+PARTIAL_DESCRIPTIONS: dict[str, str] = {
+    "colour": "a {texture} {shape} on {background}",
+    "shape": "a {colour} {texture} landmark on {background}",
+    "texture": "a {colour} {shape} on {background}",
+    "background": "a {colour} {texture} {shape}",
+}
+"""An entity's look without the attribute (the key) that an anchor gives."""
 
 CAPTIONS = (*KB_WORDING.captions, "{name}, pictured: {description}.")
 """The text of an entity's picture doc. Fields: {name}, {description}."""
@@ -86,12 +99,17 @@ LINKS: dict[str, tuple[str, ...]] = {
 """A fact given through an anchor. Fields: {name}, {description}, {anchor}."""
 
 ANCHOR_FACTS: dict[str, tuple[str, ...]] = {
-    "year": ("{anchor} was completed in {value}.", "{anchor} dates from {value}."),
-    "city": ("{anchor} is a landmark of {value}.", "{anchor} stands in the centre of {value}."),
-    "architect": ("{anchor} was designed by {value}.", "{value} was the architect of {anchor}."),
-    "height": ("{anchor} is {value} metres tall.", "{anchor} rises {value} metres above the street."),
+    "year": ("Across from {description} stands {anchor}, dating from {value}.",
+             "{anchor}, which faces {description}, went up in {value}."),
+    "city": ("Across from {description} stands {anchor}, in the centre of {value}.",
+             "{anchor}, which faces {description}, is a landmark of {value}."),
+    "architect": ("Across from {description} stands {anchor}, the work of {value}.",
+                  "{anchor}, which faces {description}, was planned by {value}."),
+    "height": ("Across from {description} stands {anchor}, rising {value} metres.",
+               "{anchor}, which faces {description}, is {value} metres tall."),
 }
-"""An anchor's own fact. Fields: {anchor}, {value}."""
+"""An anchor's own fact. Fields: {anchor}, {value}, {description}: the look of the entity linked to it, so that what
+retrieves the entity retrieves its anchor."""
 
 SUPERSEDED: dict[str, tuple[str, ...]] = {
     "year": ("Early guidebooks gave {value} as the year {name} ({description}) was finished.",
@@ -117,7 +135,7 @@ ASIDES = (*KB_WORDING.asides, "{name}, {description}, was closed for repairs for
 
 def templates() -> list[str]:
     """Every v3 KB template (minted names must not occur in any)."""
-    families = [DESCRIPTIONS, CAPTIONS, SUPERSEDED_LOOKS, ASIDES]
+    families = [DESCRIPTIONS, CAPTIONS, SUPERSEDED_LOOKS, ASIDES, tuple(PARTIAL_DESCRIPTIONS.values())]
     for mapping in (LINKED_DESCRIPTIONS, ANCHOR_ATTRIBUTES, FACTS, LINKS, ANCHOR_FACTS, SUPERSEDED):
         families.extend(mapping.values())
     return [template for family in families for template in family]
@@ -162,12 +180,16 @@ def link(name: str, look: Look, relation: str, anchor: str, rng: random.Random) 
     return rng.choice(LINKS[relation]).format(name=name, description=describe(look, rng), anchor=anchor)
 
 
-def anchor_fact(anchor: str, relation: str, value: str, rng: random.Random) -> str:
-    return rng.choice(ANCHOR_FACTS[relation]).format(anchor=anchor, value=value)
+def anchor_fact(anchor: str, look: Look, relation: str, value: str, rng: random.Random) -> str:
+    """The anchor's `relation` value, placed by the look of the entity linked to it."""
+    return rng.choice(ANCHOR_FACTS[relation]).format(anchor=anchor, description=describe(look, rng), value=value)
 
 
-def anchor_attribute(anchor: str, attribute: str, word: str, rng: random.Random) -> str:
-    return rng.choice(ANCHOR_ATTRIBUTES[attribute]).format(anchor=anchor, value=_spelled(attribute, word, rng))
+def anchor_attribute(anchor: str, look: Look, attribute: str, word: str, rng: random.Random) -> str:
+    """The anchor's `attribute` word, placed by the rest of the look of the entity that links it."""
+    others = {a: _spelled(a, w, rng) for a, w in look.words.items() if a != attribute}
+    return rng.choice(ANCHOR_ATTRIBUTES[attribute]).format(
+        anchor=anchor, partial=PARTIAL_DESCRIPTIONS[attribute].format(**others), value=_spelled(attribute, word, rng))
 
 
 def superseded_fact(name: str, look: Look, relation: str, wrong_value: str, rng: random.Random) -> str:
@@ -213,7 +235,8 @@ _ATTRIBUTE_FIELDS = {attribute: _alternatives(attribute) for attribute in ATTRIB
 _DESCRIPTION_PATTERNS = [_regex(t, _ATTRIBUTE_FIELDS) for t in DESCRIPTIONS]
 _LINKED_DESCRIPTION_PATTERNS = {a: [_regex(t, {**_ATTRIBUTE_FIELDS, "anchor": _ANCHOR}) for t in ts]
                                 for a, ts in LINKED_DESCRIPTIONS.items()}
-_ANCHOR_ATTRIBUTE_PATTERNS = {a: [_regex(t, {"anchor": _ANCHOR, "value": _ATTRIBUTE_FIELDS[a]}) for t in ts]
+_ANCHOR_ATTRIBUTE_PATTERNS = {a: [_regex(t, {"anchor": _ANCHOR, "value": _ATTRIBUTE_FIELDS[a], "partial": _DESCRIPTION})
+                                   for t in ts]
                               for a, ts in ANCHOR_ATTRIBUTES.items()}
 _STATEMENT_FIELDS = {r: {"name": NAME_PATTERN, "description": _DESCRIPTION, "value": VALUE_PATTERNS[r],
                          "anchor": _ANCHOR} for r in FACTS}
