@@ -19,7 +19,7 @@ from mmrag.data.question_kinds import VISUAL_TEMPLATES, demand_of
 from mmrag.data.render import render_entity
 from mmrag.data.synth import generate_dataset
 from mmrag.data.synth_v3 import WorldV3Options, make_world_v3
-from mmrag.data.wording import ATTRIBUTES
+from mmrag.data.wording import ATTRIBUTES, spellings
 from mmrag.data.world import RELATIONS
 
 
@@ -98,6 +98,20 @@ def test_gold_evidence_gives_the_answer_and_a_two_fact_question_needs_both_passa
         assert read(gold) == question.answers[0], question.id
         if question.kind == TWO_FACT:
             assert read(gold[:1]) is None and read(gold[1:]) is None, question.id
+
+
+def test_an_anchors_passage_names_the_linking_entitys_look_so_one_query_can_reach_it(world):
+    kb = {doc.doc_id: doc for doc in world.docs}
+    entities = {entity.entity_id: entity for entity in world.entities}
+    anchors = 0
+    for question in (q for q in _questions(world) if q.kind == TWO_FACT):
+        anchor = next(kb[d] for d in question.gold_doc_ids if not kb[d].entity_id)
+        words = set(re.findall(r"[a-z]+", anchor.text.lower()))
+        entity = entities[question.entity_id]
+        named = [a for a in ATTRIBUTES if words & set(spellings(a, getattr(entity, a)))]
+        assert len(named) >= len(ATTRIBUTES) - 1, anchor.text
+        anchors += 1
+    assert anchors > 500
 
 
 def test_the_picture_shows_another_value_exactly_where_a_look_question_needs_the_kb(world):
