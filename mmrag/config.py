@@ -39,9 +39,9 @@ class ConfigError(ValueError):
 class DataConfig:
     dir: str = "runs/data"
     """Dataset directory: kb.parquet and questions_{train,val,test}.parquet."""
-    world: Literal["v1", "v2"] = "v2"
-    """Synthetic generator: `v2` (knowledge demand varying by question kind, a KB in its own wording) or `v1`
-    (one-fact questions in the zoo's own templates; the `local-v1` preset)."""
+    world: Literal["v1", "v2", "v3"] = "v2"
+    """Synthetic generator: `v2` (knowledge demand varying by question kind), `v3` (demand set by the pictured
+    entity, not the question's wording; misleading passages; the `local-v3` preset) or `v1` (one-fact questions)."""
     entities: int = 320
     """Synthetic generator: number of entities; a tenth of them, with their questions, form each held-out split."""
     seed: int = 0
