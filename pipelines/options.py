@@ -13,6 +13,7 @@ import huggingface_hub.utils
 from mmrag.cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
 from mmrag.presets import preset_names, resolve_config
+from mmrag.training.export_meta import export_config
 
 
 def add_config_options(parser: argparse.ArgumentParser) -> None:
@@ -32,13 +33,19 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """Load the config named on the command line, or exit with a one-line error; then
-    `apply_environment` it."""
+def config_from_args(args: argparse.Namespace, export: str | None = None) -> Config:
+    """Load the config named on the command line (without `--config`: the one `export` was trained with, when
+    given), or exit with a one-line error; then `apply_environment` it."""
     try:
-        cfg = load_config(resolve_config(args.config), args.overrides)
+        if args.config is None and export is not None:
+            cfg = export_config(export, args.overrides)
+        else:
+            cfg = load_config(resolve_config(args.config), args.overrides)
     except ConfigError as exc:
         exit_config_error(exc)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"{exc}", file=sys.stderr)
+        sys.exit(2)
     apply_environment(cfg)
     return cfg
 
