@@ -14,6 +14,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from mmrag.pipelines.options import run_command
+
 COMMANDS = {
     "synth": "mmrag.pipelines.synth",
     "zoo": "mmrag.pipelines.zoo",
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     # The top-level parser has no options of its own, so a command comes first.
     command = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(command).parse_args(argv)
-    return args.run(args) or 0
+    return run_command(args.command, args.run, args)
 
 
 if __name__ == "__main__":

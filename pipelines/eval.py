@@ -19,9 +19,11 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import ray
 
 from mmrag.cluster.connect import connect
+from mmrag.data.dataset import DatasetError
 from mmrag.evaluation.compare import compare_by_kind, compare_settings, comparison_table, kind_table, write_results
 from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
 from mmrag.evaluation.settings import SETTINGS
@@ -67,7 +69,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"eval: {exc}", file=sys.stderr)
         return 2
     predictor_args = {"cfg": cfg, "checkpoint": args.checkpoint, "settings": settings, "device": args.device}
-    records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)
+    try:
+        records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)
+    except DatasetError as exc:
+        # Raised in a Ray worker it arrives wrapped with the worker's traceback; its cause holds the message, which
+        # names the file, or only the row when a question's image did not decode.
+        message = str(getattr(exc, "cause", None) or exc)
+        named = message.startswith(str(cfg.data.dir))
+        raise DatasetError(message if named else f"{questions_path(cfg.data.dir, args.split)}: {message}") from None
     order = {s: i for i, s in enumerate(settings)}
     records.sort(key=lambda r: order[r["setting"]])
     metrics = compare_settings(records, read_references(cfg.data.dir, args.split))
@@ -100,7 +109,11 @@ def _predict_ray(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
     predictions = dataset.map_batches(GreedyPredictor, fn_constructor_kwargs=predictor_args,
                                       batch_size=args.batch_size, batch_format="pyarrow",
                                       concurrency=args.workers, num_cpus=1)
-    return predictions.take_all()
+    try:
+        return predictions.take_all()
+    except (pa.ArrowException, OSError) as exc:
+        # Ray Data's reader failed on the file (truncated, corrupted); the error it raises carries its traceback.
+        raise DatasetError(f"not a readable Parquet file ({getattr(exc, 'cause', None) or exc})") from None
 
 
 def _default_out(args: argparse.Namespace, cfg) -> Path:

@@ -12,6 +12,7 @@ import huggingface_hub.utils
 
 from mmrag.cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
+from mmrag.data.dataset import DatasetError
 from mmrag.presets import preset_names, resolve_config
 from mmrag.training.export_meta import export_config
 
@@ -72,11 +73,21 @@ def apply_environment(cfg: Config) -> None:
             sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
+def run_command(command: str, run: typing.Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+    """`run(args)`'s exit status; a dataset file it cannot read (`DatasetError`: missing, truncated or corrupted
+    Parquet, an undecodable image, a bad row) is one line on stderr naming the file (and row), exit status 2."""
+    try:
+        return run(args) or 0
+    except DatasetError as exc:
+        # Raised in a Ray worker it arrives wrapped with the worker's traceback; its cause holds the message.
+        print(f"{command}: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
+        return 2
+
+
 def run_main(module) -> None:
     """`python -m mmrag.pipelines.<name>`: the same parser and run() as `mmrag <name>`."""
     name = module.__spec__.name if module.__spec__ else module.__name__
     parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(parser)
-    args = parser.parse_args()
-    sys.exit(module.run(args) or 0)
+    sys.exit(run_command(name.rsplit(".", 1)[-1], module.run, parser.parse_args()))

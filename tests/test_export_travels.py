@@ -32,6 +32,7 @@ def lora_export(synth_dir, zoo_dir, tmp_path_factory):
     from mmrag.retrieval.build import build_index
     from mmrag.training.evaluate import greedy_batch
     from mmrag.training.export import save_export
+    from mmrag.training.model_card import write_model_card
     from mmrag.training.pipeline import LocalPipeline
 
     work = tmp_path_factory.mktemp("travel")
@@ -45,6 +46,7 @@ def lora_export(synth_dir, zoo_dir, tmp_path_factory):
             if param.requires_grad:
                 param.add_(0.05)
     save_export(work / "run" / "export", pipeline.translator, pipeline.reranker, 2, cfg)
+    write_model_card(work / "run" / "export", cfg, {0: {"reward_mean": 0.25}, 2: {"reward_mean": 0.5}})
     questions = load_questions(synth_dir, "test")[:2]
     offline = greedy_batch(LocalPipeline.from_config(cfg, checkpoint=str(work / "run" / "export")), questions)
     return work, offline, questions
@@ -72,6 +74,8 @@ def test_an_export_records_no_absolute_path_of_the_machine_that_wrote_it(lora_ex
     assert config["zoo"]["cache_dir"].startswith("~/") or config["zoo"]["cache_dir"] == "~/.cache/mmrag/zoo"
     adapter = json.loads((export / "translator" / "adapter_config.json").read_text())
     assert adapter["base_model_name_or_path"] == "zoo:tiny-lvlm"
+    card = (export / "README.md").read_text()
+    assert "`../../index`" in card and "index.dir=PATH_OR_URI" in card and "PeftModel.from_pretrained" in card
 
 
 def test_an_export_moved_with_its_index_loads_from_another_directory(lora_export, tmp_path, monkeypatch):
