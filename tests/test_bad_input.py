@@ -4,13 +4,16 @@ its question and image before any model sees them, with one error naming the fie
 
 from __future__ import annotations
 
+import base64
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from mmrag.data.dataset import encode_image, load_questions
 from mmrag.retrieval.manifest import Manifest, ShardEntry
 from mmrag.pipelines.cli import main
 
@@ -152,3 +155,55 @@ def test_eval_on_an_undecodable_question_image_names_the_file_and_the_question(d
     assert main(argv) == 2
     assert final_error_line(capsys).startswith(
         f"eval: {path}: question id {table.column('id')[1].as_py()!r}: column 'image': not a decodable image")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_export):
+    from mmrag import Pipeline
+
+    return Pipeline.from_pretrained(tiny_export[1])
+
+
+@pytest.mark.parametrize("question, error, message", [
+    (None, TypeError, "question: expected a string, got NoneType"),
+    (7, TypeError, "question: expected a string, got int"),
+    ("", ValueError, "question: empty"),
+    ("  \n", ValueError, "question: empty"),
+    ("why? " * 4000, ValueError, r"question: 20000 characters, over the limit of 1000 \(serving.max_question_chars\)"),
+])
+def test_the_python_api_refuses_a_bad_question_naming_it(pipeline, synth_dir, question, error, message):
+    from mmrag.serving.pipeline_api import InputError, InputTypeError
+
+    image = load_questions(synth_dir, "test")[0].image
+    with pytest.raises(error, match=f"^{message}") as raised:
+        pipeline.answer(image, question)
+    assert isinstance(raised.value, InputTypeError if error is TypeError else InputError)
+    with pytest.raises(error, match=r"^questions\[1\]: "):
+        pipeline.answer_batch([image, image], ["What is this?", question])
+
+
+@pytest.mark.parametrize("image, error, message", [
+    (None, TypeError, "image: expected a path, encoded image bytes, a base64 string or data URL, a PIL image or a "
+                      "uint8 numpy array, got NoneType"),
+    (3, TypeError, "image: expected a path, .* got int"),
+    (np.zeros((8, 8, 3), np.float32), ValueError, r"image: an array of float32 \(8, 8, 3\): expected uint8"),
+    ("missing.png", ValueError, "image: 'missing.png': no such image file"),
+    (b"", ValueError, "image: empty"),
+    (b"GIF89a not really", ValueError, "image: not a decodable image"),
+    ("data:image/png;base64,!!!", ValueError, "image: not valid base64"),
+    ("bm90IGFuIGltYWdlIGF0IGFsbA==", ValueError, "image: not a decodable image"),
+])
+def test_the_python_api_refuses_a_bad_image_naming_it(pipeline, image, error, message):
+    with pytest.raises(error, match=f"^{message}"):
+        pipeline.answer(image, "What is this?")
+
+
+def test_the_python_api_reads_an_image_from_an_array_base64_or_a_data_url_as_from_pil(pipeline, synth_dir, tmp_path,
+                                                                                       monkeypatch):
+    question = load_questions(synth_dir, "test")[0]
+    expected = pipeline.answer(question.image, question.question)
+    encoded = base64.b64encode(encode_image(question.image)).decode()
+    monkeypatch.chdir(tmp_path)  # a base64 string is decoded, never looked up as a file name
+    for image in (np.asarray(question.image), encoded, f"data:image/png;base64,{encoded}"):
+        answer = pipeline.answer(image, question.question)
+        assert (answer.answer, answer.query, answer.evidence) == (expected.answer, expected.query, expected.evidence)
