@@ -29,25 +29,8 @@ from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions
 from mmrag.evaluation.settings import SETTINGS
 from mmrag.training.inputs import check_index, check_questions
 from mmrag.metrics.official import read_references
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--checkpoint", help="exported checkpoint (RUN_DIR/export); without it the 'trained' "
-                                             "setting is left out")
-    parser.add_argument("--split", default="test", choices=["train", "val", "test"],
-                        help="question split of data.dir to evaluate (default: test)")
-    parser.add_argument("--settings", default="no_retrieval,untrained,trained,oracle",
-                        help="comma-separated settings to compare (default: all four)")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N questions of the split")
-    parser.add_argument("--batch-size", type=int, default=16, help="questions per greedy batch (default: 16)")
-    parser.add_argument("--out", help="output directory (default: RUN_DIR/eval_SPLIT beside the checkpoint, "
-                                      "else train.run_dir/eval_SPLIT)")
-    parser.add_argument("--local", action="store_true", help="run in this process instead of on Ray Data")
-    parser.add_argument("--workers", type=int, default=1, help="Ray Data predictor replicas (default: 1)")
-    parser.add_argument("--device", default="cpu", help="torch device of the pipelines (default: cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""Command-line options shared by every entry point: `--config` and `--set`."""
+"""What every command does with its parsed options: load the config they name and give the process its
+environment; and the `python -m mmrag.pipelines.COMMAND` entry point."""
 
 from __future__ import annotations
 
@@ -12,26 +13,10 @@ import huggingface_hub.utils
 
 from mmrag.cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
-from mmrag.data.dataset import DatasetError
-from mmrag.presets import preset_names, resolve_config
+from mmrag.pipelines.arguments import ARGUMENTS
+from mmrag.pipelines.cli import run_command
+from mmrag.presets import resolve_config
 from mmrag.training.export_meta import export_config
-
-
-def add_config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE|PRESET",
-        help="YAML config: a file, or a preset by name (" + ", ".join(preset_names()) + "); default: the "
-             "embedded defaults (tiny offline models on CPU, synthetic data; what preset `local` restates)",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override one config field, e.g. --set train.steps=10 (repeatable; VALUE is parsed as YAML)",
-    )
 
 
 def config_from_args(args: argparse.Namespace, export: str | None = None) -> Config:
@@ -73,21 +58,11 @@ def apply_environment(cfg: Config) -> None:
             sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
-def run_command(command: str, run: typing.Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
-    """`run(args)`'s exit status; a dataset file it cannot read (`DatasetError`: missing, truncated or corrupted
-    Parquet, an undecodable image, a bad row) is one line on stderr naming the file (and row), exit status 2."""
-    try:
-        return run(args) or 0
-    except DatasetError as exc:
-        # Raised in a Ray worker it arrives wrapped with the worker's traceback; its cause holds the message.
-        print(f"{command}: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
-        return 2
-
-
 def run_main(module) -> None:
     """`python -m mmrag.pipelines.<name>`: the same parser and run() as `mmrag <name>`."""
     name = module.__spec__.name if module.__spec__ else module.__name__
     parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    module.add_arguments(parser)
-    sys.exit(run_command(name.rsplit(".", 1)[-1], module.run, parser.parse_args()))
+    command = name.rsplit(".", 1)[-1]
+    ARGUMENTS[command](parser)
+    sys.exit(run_command(command, module.run, parser.parse_args()))

@@ -43,21 +43,10 @@ from mmrag.actors.serving.app import api_settings, pipeline_app
 from mmrag.actors.serving.front import HttpFront
 from mmrag.actors.serving.front_registry import front_registry
 from mmrag.cluster.connect import connect
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--checkpoint", required=True,
-                        help="exported checkpoint of a training run (RUN_DIR/export); its config is the default")
-    parser.add_argument("--host", help="address to listen on (default: serving.host)")
-    parser.add_argument("--port", type=int, help="port to listen on (default: serving.port)")
-    parser.add_argument("--address", help="Ray cluster address (default: ray.address, else $RAY_ADDRESS; "
-                                          "with neither, a local Ray starts)")
-    parser.add_argument("--name", default="mmrag", help="Serve application name (default: mmrag); another name "
-                                                         "lets several pipelines share a cluster's Serve")
 
 
 def run(args: argparse.Namespace) -> int:

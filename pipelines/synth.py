@@ -12,21 +12,8 @@ import argparse
 import sys
 
 from mmrag.data.synth import generate_dataset
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--out", help="output directory (default: data.dir)")
-    parser.add_argument("--entities", type=int, help="number of entities (default: data.entities)")
-    parser.add_argument("--world", choices=("v1", "v2"),
-                        help="v2: varying knowledge demand, a KB in its own wording; v1: the earlier figures' world "
-                             "(default: data.world)")
-    parser.add_argument("--seed", type=int, help="generator seed (default: data.seed)")
-    parser.add_argument("--image-size", type=int, help="image side in pixels (default: data.image_size)")
-    parser.add_argument("--kb-docs", type=int, default=0, metavar="N",
-                        help="also add N text-only distractor passages to the KB, e.g. 1000000 to measure the "
-                             "index at scale (they state no facts; default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
