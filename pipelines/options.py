@@ -21,7 +21,8 @@ from mmrag.training.export_meta import export_config
 
 def config_from_args(args: argparse.Namespace, export: str | None = None) -> Config:
     """Load the config named on the command line (without `--config`: the one `export` was trained with, when
-    given), or exit with a one-line error; then `apply_environment` it."""
+    given; FileNotFoundError if it is not an export or its index is not found), or exit with a one-line error;
+    then `apply_environment` it."""
     try:
         if args.config is None and export is not None:
             cfg = export_config(export, args.overrides)
@@ -29,9 +30,6 @@ def config_from_args(args: argparse.Namespace, export: str | None = None) -> Con
             cfg = load_config(resolve_config(args.config), args.overrides)
     except ConfigError as exc:
         exit_config_error(exc)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"{exc}", file=sys.stderr)
-        sys.exit(2)
     apply_environment(cfg)
     return cfg
 

@@ -52,8 +52,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def run(args: argparse.Namespace) -> int:
     args.overrides += [f"serving.{name}={value}" for name, value in (("host", args.host), ("port", args.port))
                        if value is not None]
-    cfg = config_from_args(args, export=args.checkpoint)
     try:
+        cfg = config_from_args(args, export=args.checkpoint)
         app, settings = pipeline_app(cfg, args.checkpoint), api_settings(cfg, args.checkpoint)
         front = HttpFront(cfg.serving)
     except (FileNotFoundError, ValueError) as exc:

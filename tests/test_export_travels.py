@@ -151,3 +151,15 @@ def test_mmrag_serve_serves_an_export_moved_to_another_directory_from_a_third(lo
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def test_serve_of_an_export_copied_without_its_index_says_where_to_put_one(lora_export, tmp_path, capsys):
+    from mmrag.pipelines.cli import main
+
+    work, _, _ = lora_export
+    shutil.copytree(work / "run" / "export", tmp_path / "alone")
+    assert main(["serve", "--checkpoint", str(tmp_path / "alone")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and error.startswith("serve: ")
+    assert f"no index manifest for the export {tmp_path / 'alone'}: put the index in {tmp_path / 'alone' / 'index'}" \
+        in error and "index.dir=PATH_OR_URI" in error
