@@ -21,7 +21,7 @@ def test_pipeline_from_pretrained_answers_as_the_offline_greedy_path(tiny_export
     cfg, export, offline_pipeline = tiny_export
     questions = load_questions(synth_dir, "test")[:3]
     offline = greedy_batch(offline_pipeline, questions)
-    monkeypatch.chdir(tmp_path)  # the export's config names its index and zoo by absolute path
+    monkeypatch.chdir(tmp_path)  # the export loads from any directory (its paths are relative to itself)
     pipeline = Pipeline.from_pretrained(export, device="cpu")
     assert pipeline.policy_version == 3
     image_file = tmp_path / "q.png"

@@ -10,7 +10,6 @@ plain Hugging Face / PEFT APIs. Paths are written as the export records them (re
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
@@ -45,8 +44,7 @@ def model_card(cfg: Config, evaluations: dict[int, dict[str, float]], export_dir
     front_matter = {"library_name": "mmrag", "tags": ["multimodal-rag", "kb-vqa", "reranker", "query-rewriting"],
                     "base_model": [cfg.translator.model]}
     metric_names = sorted(evaluations[last])
-    trained = {"translator": dataclasses.asdict(cfg.translator), "reranker": dataclasses.asdict(cfg.reranker),
-               "train": dataclasses.asdict(cfg.train)}
+    trained = {section: recorded[section] for section in ("translator", "reranker", "train")}
     return "\n".join([
         "---", yaml.safe_dump(front_matter, sort_keys=False).strip(), "---", "",
         "# mmrag pipeline: query translator + adaptive reranker", "",
