@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mmrag.data.dataset import SPLITS, write_kb, write_questions
+from mmrag.data.dataset import write_kb, write_questions
 from mmrag.data.loaders import ImageRoot, LoaderError
 from mmrag.data.loaders.aokvqa import load_aokvqa
 from mmrag.data.loaders.evqa import load_evqa
@@ -32,25 +32,8 @@ from mmrag.data.loaders.wiki_kb import load_wiki_kb
 from mmrag.metrics.official import write_references
 from mmrag.pipelines.options import run_main
 
-FORMATS = ("infoseek", "evqa", "okvqa", "aokvqa", "wiki-kb")
 SOURCE_SPLIT_FORMATS = ("infoseek", "evqa")
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", required=True, choices=FORMATS, help="public format of --input")
-    parser.add_argument("--input", required=True, help="file in that format (questions, or the KB dump)")
-    parser.add_argument("--annotations", help="okvqa: the annotations JSON that goes with --input (required); "
-                                              "infoseek: the question-type file (infoseek_val_qtype.jsonl), which "
-                                              "the official score's per-type results need")
-    parser.add_argument("--images", required=True, help="image root directory")
-    parser.add_argument("--out", required=True, help="dataset directory to write (internal format)")
-    parser.add_argument("--split", default="test", choices=SPLITS,
-                        help="internal split the questions become (default: test)")
-    parser.add_argument("--source-split", help="infoseek/evqa: keep only records whose data_split / "
-                                               "encyclopedic_vqa_split equals this (e.g. val_unseen_entity); "
-                                               "a name the file does not have is an error listing those it has")
-    parser.add_argument("--on-missing-image", choices=["error", "skip"], default="error",
-                        help="a record whose image file is missing: stop (default) or skip and count it")
 
 
 def run(args: argparse.Namespace) -> int:

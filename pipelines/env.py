@@ -19,7 +19,7 @@ import torch
 
 import mmrag
 from mmrag.model_refs import MODELS, ZOO_FORMAT_VERSION, is_current, read_manifest
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
 DISTRIBUTIONS = (
     ("ray", ("ray",)), ("deepspeed", ("deepspeed",)), ("transformers", ("transformers",)),
@@ -32,10 +32,6 @@ DISTRIBUTIONS = (
 """(label, the distributions that provide it, first installed wins)."""
 NOT_INSTALLED = "not installed"
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
 
 
 def installed_version(distributions: tuple[str, ...]) -> str:

@@ -19,33 +19,18 @@ import os
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import ray
 
 from mmrag.cluster.connect import connect
+from mmrag.data.dataset import DatasetError
 from mmrag.evaluation.compare import compare_by_kind, compare_settings, comparison_table, kind_table, write_results
 from mmrag.evaluation.predictor import GreedyPredictor, predict_local, questions_path, read_question_rows
 from mmrag.evaluation.settings import SETTINGS
 from mmrag.training.inputs import check_index, check_questions
 from mmrag.metrics.official import read_references
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--checkpoint", help="exported checkpoint (RUN_DIR/export); without it the 'trained' "
-                                             "setting is left out")
-    parser.add_argument("--split", default="test", choices=["train", "val", "test"],
-                        help="question split of data.dir to evaluate (default: test)")
-    parser.add_argument("--settings", default="no_retrieval,untrained,trained,oracle",
-                        help="comma-separated settings to compare (default: all four)")
-    parser.add_argument("--limit", type=int, help="evaluate only the first N questions of the split")
-    parser.add_argument("--batch-size", type=int, default=16, help="questions per greedy batch (default: 16)")
-    parser.add_argument("--out", help="output directory (default: RUN_DIR/eval_SPLIT beside the checkpoint, "
-                                      "else train.run_dir/eval_SPLIT)")
-    parser.add_argument("--local", action="store_true", help="run in this process instead of on Ray Data")
-    parser.add_argument("--workers", type=int, default=1, help="Ray Data predictor replicas (default: 1)")
-    parser.add_argument("--device", default="cpu", help="torch device of the pipelines (default: cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +52,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"eval: {exc}", file=sys.stderr)
         return 2
     predictor_args = {"cfg": cfg, "checkpoint": args.checkpoint, "settings": settings, "device": args.device}
-    records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)
+    try:
+        records = _predict_local(args, predictor_args) if args.local else _predict_ray(args, predictor_args)
+    except DatasetError as exc:
+        # Raised in a Ray worker it arrives wrapped with the worker's traceback; its cause holds the message, which
+        # names the file, or only the row when a question's image did not decode.
+        message = str(getattr(exc, "cause", None) or exc)
+        named = message.startswith(str(cfg.data.dir))
+        raise DatasetError(message if named else f"{questions_path(cfg.data.dir, args.split)}: {message}") from None
     order = {s: i for i, s in enumerate(settings)}
     records.sort(key=lambda r: order[r["setting"]])
     metrics = compare_settings(records, read_references(cfg.data.dir, args.split))
@@ -100,7 +92,11 @@ def _predict_ray(args: argparse.Namespace, predictor_args: dict) -> list[dict]:
     predictions = dataset.map_batches(GreedyPredictor, fn_constructor_kwargs=predictor_args,
                                       batch_size=args.batch_size, batch_format="pyarrow",
                                       concurrency=args.workers, num_cpus=1)
-    return predictions.take_all()
+    try:
+        return predictions.take_all()
+    except (pa.ArrowException, OSError) as exc:
+        # Ray Data's reader failed on the file (truncated, corrupted); the error it raises carries its traceback.
+        raise DatasetError(f"not a readable Parquet file ({getattr(exc, 'cause', None) or exc})") from None
 
 
 def _default_out(args: argparse.Namespace, cfg) -> Path:

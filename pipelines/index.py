@@ -21,15 +21,8 @@ from mmrag.actors.index_build import RayRunner
 from mmrag.data.dataset import KB_FILE
 from mmrag.retrieval.build import BuildReport, build_index
 from mmrag.retrieval.staging import STAGING_DIR
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--force", action="store_true",
-                        help="rebuild from scratch, re-embedding every part, even if the index matches the KB and config")
-    parser.add_argument("--local", action="store_true",
-                        help="embed in this process instead of a Ray Data pool of index.num_workers encoder workers")
 
 
 def _print_summary(report: BuildReport, index_dir: Path) -> None:

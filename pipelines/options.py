@@ -1,4 +1,5 @@
-"""Command-line options shared by every entry point: `--config` and `--set`."""
+"""What every command does with its parsed options: load the config they name and give the process its
+environment; and the `python -m mmrag.pipelines.COMMAND` entry point."""
 
 from __future__ import annotations
 
@@ -12,31 +13,21 @@ import huggingface_hub.utils
 
 from mmrag.cluster.runtime_env import job_env_vars
 from mmrag.config import Config, ConfigError, load_config
-from mmrag.presets import preset_names, resolve_config
+from mmrag.pipelines.arguments import ARGUMENTS
+from mmrag.pipelines.cli import run_command
+from mmrag.presets import resolve_config
+from mmrag.training.export_meta import export_config
 
 
-def add_config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE|PRESET",
-        help="YAML config: a file, or a preset by name (" + ", ".join(preset_names()) + "); default: the "
-             "embedded defaults (tiny offline models on CPU, synthetic data; what preset `local` restates)",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY.PATH=VALUE",
-        help="override one config field, e.g. --set train.steps=10 (repeatable; VALUE is parsed as YAML)",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    """Load the config named on the command line, or exit with a one-line error; then
-    `apply_environment` it."""
+def config_from_args(args: argparse.Namespace, export: str | None = None) -> Config:
+    """Load the config named on the command line (without `--config`: the one `export` was trained with, when
+    given; FileNotFoundError if it is not an export or its index is not found), or exit with a one-line error;
+    then `apply_environment` it."""
     try:
-        cfg = load_config(resolve_config(args.config), args.overrides)
+        if args.config is None and export is not None:
+            cfg = export_config(export, args.overrides)
+        else:
+            cfg = load_config(resolve_config(args.config), args.overrides)
     except ConfigError as exc:
         exit_config_error(exc)
     apply_environment(cfg)
@@ -70,6 +61,6 @@ def run_main(module) -> None:
     name = module.__spec__.name if module.__spec__ else module.__name__
     parser = argparse.ArgumentParser(prog=f"python -m {name}", description=module.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    module.add_arguments(parser)
-    args = parser.parse_args()
-    sys.exit(module.run(args) or 0)
+    command = name.rsplit(".", 1)[-1]
+    ARGUMENTS[command](parser)
+    sys.exit(run_command(command, module.run, parser.parse_args()))

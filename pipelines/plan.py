@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 
 import ray
@@ -34,15 +35,8 @@ from mmrag.cluster.resources import (
 )
 from mmrag.cluster.runtime_env import runtime_env
 from mmrag.config import Config
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--cluster-yaml", help="check against this Ray launcher config at max_workers")
-    parser.add_argument("--address", help="check against the running cluster at this address (default: ray.address)")
-    parser.add_argument("--runtime-env-json", action="store_true",
-                        help="print the config's job runtime_env as JSON (working dir: the current one) and exit")
 
 
 def _connected_nodes(address: str) -> dict[str, dict[str, float]]:
@@ -51,6 +45,19 @@ def _connected_nodes(address: str) -> dict[str, dict[str, float]]:
         return node_resources()
     finally:
         ray.shutdown()
+
+
+def _answers(address: str, timeout_s: float = 3.0) -> bool:
+    """Whether a `host:port` address (or `ray://host:port`) takes a TCP connection: Ray's own client waits minutes
+    on an address where nothing listens. Other addresses (`auto`) are left to Ray."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return True
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _nodes(args: argparse.Namespace, cfg: Config) -> tuple[str, dict[str, dict[str, float]]]:
@@ -62,6 +69,8 @@ def _nodes(args: argparse.Namespace, cfg: Config) -> tuple[str, dict[str, dict[s
         return f"declared by {args.cluster_yaml} at max_workers", declared_nodes(launcher)
     address = args.address or cfg.ray.address
     if address:
+        if not _answers(address):
+            raise ConnectionError(f"nothing answers at {address}")
         return f"Ray cluster at {address}", _connected_nodes(address)
     return "local Ray (ray.num_cpus, visible GPUs)", {"local": {"CPU": float(cfg.ray.num_cpus),
                                                                "GPU": float(torch.cuda.device_count())}}
@@ -77,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         source, nodes = _nodes(args, cfg)
     except (OSError, ValueError, ConnectionError) as exc:
-        print(f"plan: cannot read the cluster's capacity: {exc}", file=sys.stderr)
+        hint = "" if args.cluster_yaml else (
+            "; no running cluster? check the plan against the cluster you will launch: --cluster-yaml FILE "
+            "(a Ray launcher config, e.g. ray_cluster.yaml)")
+        print(f"plan: cannot read the cluster's capacity: {exc}{hint}", file=sys.stderr)
         return 2
     capacity = {key: sum(node.get(key, 0.0) for node in nodes.values()) for key in ("CPU", "GPU")}
     print(f"\ncapacity ({source}): {capacity['CPU']:g} CPU, {capacity['GPU']:g} GPU on {len(nodes)} node(s)")

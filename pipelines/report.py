@@ -22,14 +22,6 @@ from mmrag.training.metrics_log import read_metrics
 from mmrag.pipelines.options import apply_environment, run_main
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="run directory written by `mmrag train`")
-    parser.add_argument("--out", help="report directory (default: RUN_DIR/report)")
-    parser.add_argument("--examples", type=int, default=5,
-                        help="validation questions shown with their early and late queries (0: none; default: 5)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a field of the run's saved config, e.g. --set data.dir=... (repeatable)")
-
 
 def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)

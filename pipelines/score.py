@@ -27,29 +27,13 @@ import sys
 from pathlib import Path
 
 from mmrag.data.loaders import LoaderError
-from mmrag.data.loaders.annotations import FORMATS, read_annotations
+from mmrag.data.loaders.annotations import read_annotations
 from mmrag.metrics.official import benchmark
-from mmrag.metrics.okvqa import RULES, OkvqaBenchmark
+from mmrag.metrics.okvqa import OkvqaBenchmark
 from mmrag.metrics.predictions import read_predictions
 from mmrag.metrics.scoring import ScoreReport, ScoringError, score_predictions
 from mmrag.pipelines.options import run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", required=True, choices=FORMATS, help="benchmark of the annotations")
-    parser.add_argument("--annotations", required=True, nargs="+", metavar="FILE",
-                        help="the benchmark's annotation file(s) as distributed (infoseek: the questions file and "
-                             "the question-type file)")
-    parser.add_argument("--predictions", required=True, metavar="FILE",
-                        help="JSON lines: question_id, prediction (and choice for A-OKVQA multiple choice)")
-    parser.add_argument("--per-example", metavar="OUT.jsonl", help="write each scored question's score(s) here")
-    parser.add_argument("--okvqa-rules", choices=RULES, default="current",
-                        help="OK-VQA only: `current` vqaEval.py (default, since its 2021-03-11 fix of answer "
-                             "processing) or `pre-2021` (the older code: prediction always normalised, differing "
-                             "answers by punctuation only), for comparing with papers that used it")
-    parser.add_argument("--partial", action="store_true",
-                        help="score only the annotated questions that have a prediction (default: every annotated "
-                             "question must have one, and every prediction an annotated question)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,8 +1,10 @@
 """Serve a trained pipeline over HTTP with Ray Serve (POST /v1/answer, GET /healthz, GET /v1/info).
 
-Loads RUN_DIR/export of a training run (`--checkpoint`) and the index of the config, deploys
+Loads RUN_DIR/export of a training run (`--checkpoint`) with the config it was trained with
+(`--config` to use another, `--set` to change keys) and its index (the export's index/, else the
+index its config names, relative to the export; `--set index.dir=PATH_OR_URI` names another), deploys
 the Serve application (the stage groups of `serving.stage_groups` behind the ingress
-deployment), and answers HTTP on serving.host:serving.port (OpenAPI at /docs) from this
+deployment), and answers HTTP on serving.host:serving.port (`--host`, `--port`; OpenAPI at /docs) from this
 process: the front validates each request and calls the ingress by handle, sending a request
 again when the ingress replica it was on dies (mmrag/actors/serving/front.py). The same routes
 speak OpenAI's chat completions (`/v1/chat/completions`, `/v1/models`), and require a Bearer
@@ -41,23 +43,17 @@ from mmrag.actors.serving.app import api_settings, pipeline_app
 from mmrag.actors.serving.front import HttpFront
 from mmrag.actors.serving.front_registry import front_registry
 from mmrag.cluster.connect import connect
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--checkpoint", required=True, help="exported checkpoint of a training run (RUN_DIR/export)")
-    parser.add_argument("--address", help="Ray cluster address (default: ray.address, else $RAY_ADDRESS; "
-                                          "with neither, a local Ray starts)")
-    parser.add_argument("--name", default="mmrag", help="Serve application name (default: mmrag); another name "
-                                                         "lets several pipelines share a cluster's Serve")
-
 
 def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
+    args.overrides += [f"serving.{name}={value}" for name, value in (("host", args.host), ("port", args.port))
+                       if value is not None]
     try:
+        cfg = config_from_args(args, export=args.checkpoint)
         app, settings = pipeline_app(cfg, args.checkpoint), api_settings(cfg, args.checkpoint)
         front = HttpFront(cfg.serving)
     except (FileNotFoundError, ValueError) as exc:

@@ -11,29 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmrag.data.synth import WORLDS, generate_dataset
+from mmrag.data.synth import generate_dataset
 from mmrag.data.synth_v3 import WorldV3Options
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--out", help="output directory (default: data.dir)")
-    parser.add_argument("--entities", type=int, help="number of entities (default: data.entities)")
-    parser.add_argument("--world", choices=WORLDS,
-                        help="v2: varying knowledge demand, a KB in its own wording; v3: knowledge demand the "
-                             "question's wording does not reveal, misleading passages; v1: the earliest figures' world "
-                             "(default: data.world)")
-    parser.add_argument("--seed", type=int, help="generator seed (default: data.seed)")
-    parser.add_argument("--image-size", type=int, help="image side in pixels (default: data.image_size)")
-    parser.add_argument("--kb-docs", type=int, default=0, metavar="N",
-                        help="also add N text-only distractor passages to the KB, e.g. 1000000 to measure the "
-                             "index at scale (they state no facts; default 0)")
-    parser.add_argument("--family-sizes", metavar="MIN,MAX",
-                        help="world v3: smallest and largest near-duplicate family, e.g. 2,4 (default 3,4)")
-    parser.add_argument("--kind-mix", metavar="V,O,T",
-                        help="world v3: expected fractions of visual, one-fact and two-fact questions, e.g. "
-                             "0.2,0.5,0.3 (default 0.3,0.4,0.3)")
+from mmrag.pipelines.options import config_from_args, run_main
 
 
 def _numbers(flag: str, text: str, count: int, kind: type) -> tuple:

@@ -39,7 +39,7 @@ from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
 from mmrag.training.trackers import require_trackers
-from mmrag.pipelines.options import add_config_options, config_from_args, exit_config_error, run_main
+from mmrag.pipelines.options import config_from_args, exit_config_error, run_main
 
 
 def train_distributed(cfg: Config, resume: bool = False, progress: bool = True,
@@ -92,21 +92,6 @@ def _exit_on_latest_checkpoint(grace_s: float) -> None:
           file=sys.stderr, flush=True)
     os._exit(0)  # the main thread is inside a step; checkpoints are written atomically, so nothing is half-saved
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--mode", choices=["local-reference", "distributed"],
-                        help="training mode (default: train.mode from the config)")
-    parser.add_argument("--steps", type=int, help="optimiser steps (default: train.steps)")
-    parser.add_argument("--run-dir", help="run directory (default: train.run_dir)")
-    resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
-    resume.add_argument("--resume-if-present", action="store_true",
-                        help="continue from the latest checkpoint if there is one, else start fresh "
-                             "(train.resume=auto: the same command can be retried after the driver died)")
-    parser.add_argument("--device", default="cpu",
-                        help="local-reference mode: torch device for every model, e.g. cuda (default: cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
 
 
 def run(args: argparse.Namespace) -> int:

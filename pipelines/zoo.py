@@ -11,20 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmrag.model_refs import MODELS, ZooError
+from mmrag.model_refs import ZooError
 from mmrag.zoo.parallel_build import build_models, default_workers
-from mmrag.pipelines.options import add_config_options, config_from_args, run_main
+from mmrag.pipelines.options import config_from_args, run_main
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_options(parser)
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(MODELS), default=list(MODELS),
-                        help=f"models to build (default: all of {', '.join(MODELS)})")
-    parser.add_argument("--rebuild", action="store_true", help="build again even when a cached build exists")
-    parser.add_argument("--workers", type=int, default=default_workers(), metavar="N",
-                        help="processes building at once, each model once the models it starts from are built "
-                             "(default: %(default)s, one per core up to the zoo's 3 independent chains; 1: in order, "
-                             "in this process)")
 
 
 def _figure_summary(figures: dict, prefix: str = "") -> str:
@@ -40,11 +30,12 @@ def _figure_summary(figures: dict, prefix: str = "") -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
-    if args.workers < 1:
-        print(f"zoo error: --workers: expected at least 1, got {args.workers}", file=sys.stderr)
+    workers = default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        print(f"zoo error: --workers: expected at least 1, got {workers}", file=sys.stderr)
         return 2
     try:
-        builds = build_models(args.only, cfg.zoo.cache_dir, cfg.zoo.seed, rebuild=args.rebuild, workers=args.workers)
+        builds = build_models(args.only, cfg.zoo.cache_dir, cfg.zoo.seed, rebuild=args.rebuild, workers=workers)
     except ZooError as exc:
         print(f"zoo error: {exc}", file=sys.stderr)
         return 2

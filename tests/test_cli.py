@@ -1,6 +1,10 @@
-"""The command line: README and CI agree, and every command explains its options."""
+"""The command line: README and CI agree, every command explains its options, answers `--help` at once (without
+importing torch or Ray), `mmrag --version` names the version, `plan` without a cluster points at --cluster-yaml, and
+`serve --host/--port` choose where it listens."""
 
 import os
+import resource
+import socket
 import re
 import subprocess
 import sys
@@ -9,7 +13,7 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 
-from mmrag.pipelines.cli import COMMANDS, build_parser
+from mmrag.pipelines.cli import COMMANDS, build_parser, main
 from mmrag.pipelines.options import config_from_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +53,8 @@ def test_module_entry_point_help():
 
 
 def test_bad_override_is_one_line_error_and_exit_status_2(capsys):
-    args = build_parser("synth").parse_args(["synth", "--set", "data.nope=1"])
     with pytest.raises(SystemExit) as exit_info:
-        args.run(args)
+        main(["synth", "--set", "data.nope=1"])
     assert exit_info.value.code == 2
     assert "data.nope: unknown key" in capsys.readouterr().err
 
@@ -83,3 +86,53 @@ def test_default_commands_print_no_warning(tmp_path, synth_dir):
         assert warnings == [], f"mmrag {command[0]}"
         # Offline, loading or saving a local checkpoint is not news worth a progress bar.
         assert [line for line in lines if "Loading weights" in line or "Writing model shards" in line] == []
+
+
+def test_version_prints_the_package_version(capsys):
+    import mmrag
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mmrag {mmrag.__version__}"
+
+
+HELP_CPU_S = 2.0
+"""Most CPU seconds `mmrag COMMAND --help` may take (CPU, not wall time: the machine may be shared)."""
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_answers_within_two_cpu_seconds_without_importing_torch_or_ray(command):
+    probe = ("import sys\nfrom mmrag.pipelines.cli import main\ntry:\n    main([sys.argv[1], '--help'])\n"
+             "except SystemExit:\n    pass\nprint(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run([sys.executable, "-c", probe, command], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert f"usage: mmrag {command}" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]", f"mmrag {command} --help imported heavy modules"
+    assert cpu_s < HELP_CPU_S, f"mmrag {command} --help took {cpu_s:.2f} CPU s"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_plan_without_a_cluster_says_so_and_points_at_cluster_yaml(capsys):
+    address = f"127.0.0.1:{free_port()}"
+    assert main(["plan", "--config", "gpu_qwen2vl", "--address", address]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"plan: cannot read the cluster's capacity: nothing answers at {address}")
+    assert "--cluster-yaml FILE" in error
+
+
+def test_serve_listens_where_host_and_port_say(tiny_export, capsys):
+    """The port is taken, so serve stops before Ray starts, naming the address it was told to listen on."""
+    _, export, _ = tiny_export
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["serve", "--checkpoint", str(export), "--host", "127.0.0.1", "--port", str(port)]) == 2
+    assert f"serve: cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -142,9 +142,10 @@ def test_plan_command_prints_the_runtime_env_for_job_submit(capsys):
 
 def _plan_command(argv: list[str]) -> int:
     from mmrag.pipelines import plan
+    from mmrag.pipelines.arguments import plan_arguments
 
     parser = argparse.ArgumentParser()
-    plan.add_arguments(parser)
+    plan_arguments(parser)
     return plan.run(parser.parse_args(argv))
 
 

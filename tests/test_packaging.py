@@ -11,6 +11,7 @@ import ast
 import configparser
 import functools
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -168,3 +169,62 @@ def test_the_installed_wheel_runs_every_command_from_any_directory(installed_whe
     assert '"HF_HUB_OFFLINE"' not in mmrag("plan", "--config", "gpu_qwen2vl", "--runtime-env-json")  # by name
     mmrag("synth", "--entities", "8")
     assert (tmp_path / "runs" / "data" / "kb.parquet").is_file()
+
+
+def test_the_wheel_installs_the_mmrag_namespace_alone(installed_wheel):
+    wheel, _ = installed_wheel
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"mmrag"}
+    top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+    assert all(zipfile.ZipFile(wheel).read(n).decode().split() == ["mmrag"] for n in top_level)
+
+
+def _stand_in_wheel(name: str, out: Path) -> Path:
+    """A tiny distribution named `name` with a top-level package `name`, as the package index's `configs` and
+    `cluster` have: what a clash with a generic top-level name would overwrite."""
+    source = out / f"{name}-source"
+    (source / name).mkdir(parents=True)
+    (source / name / "__init__.py").write_text(f'STAND_IN = "{name}"\n')
+    (source / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{name}"\nversion = "9.9"\n\n[tool.setuptools]\npackages = ["{name}"]\n')
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
+                    str(source)], check=True, capture_output=True)
+    return next(out.glob(f"{name}-9.9-*.whl"))
+
+
+@pytest.mark.slow
+def test_the_wheel_works_beside_packages_named_configs_and_cluster_installed_and_removed(installed_wheel, tmp_path):
+    _, bin_dir = installed_wheel
+    python = bin_dir / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RAY_ADDRESS")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    stand_ins = [_stand_in_wheel(name, tmp_path) for name in ("configs", "cluster")]
+
+    def pip(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(python), *args], check=True,
+                       capture_output=True)
+
+    def every_command_works(workdir: Path) -> None:
+        workdir.mkdir()
+
+        def mmrag(*args: str) -> str:
+            result = subprocess.run(["mmrag", *args], cwd=workdir, env=env, capture_output=True, text=True,
+                                    timeout=300)
+            assert result.returncode == 0, f"mmrag {' '.join(args)}: {result.stderr[-2000:]}"
+            return result.stdout
+
+        assert "serve" in mmrag("--help")
+        assert "fits" in mmrag("plan")
+        assert json.loads(mmrag("plan", "--config", "gpu_qwen2vl", "--runtime-env-json"))["env_vars"]
+        mmrag("synth", "--entities", "8")
+        assert (workdir / "runs" / "data" / "kb.parquet").is_file()
+
+    pip("install", "--no-deps", "-q", *map(str, stand_ins))
+    every_command_works(tmp_path / "beside")
+    probe = "import configs, cluster; print(configs.STAND_IN, cluster.STAND_IN)"
+    assert subprocess.run([python, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          check=True).stdout.split() == ["configs", "cluster"], "mmrag overwrote a stand-in"
+    pip("uninstall", "-y", "-q", "configs", "cluster")
+    every_command_works(tmp_path / "after_removal")

@@ -185,11 +185,12 @@ def test_readers_accept_a_minimal_foreign_dataset_with_image_paths(synth_dir, tm
 
 def test_synth_command_flags_override_config(tmp_path, capsys):
     from mmrag.pipelines import synth
+    from mmrag.pipelines.arguments import synth_arguments
 
     config = tmp_path / "data.yaml"
     config.write_text(f"data:\n  dir: {tmp_path / 'from_config'}\n  entities: 9\n  seed: 1\n  image_size: 48\n")
     parser = argparse.ArgumentParser()
-    synth.add_arguments(parser)
+    synth_arguments(parser)
     args = parser.parse_args(["--config", str(config), "--out", str(tmp_path / "out"), "--entities", "4"])
     assert synth.run(args) == 0
     manifest = json.loads((tmp_path / "out" / "dataset.json").read_text())

@@ -209,9 +209,10 @@ def test_the_same_seed_writes_the_same_files_and_another_seed_other_ones(tmp_pat
 
 def test_the_sweep_options_set_family_sizes_and_kind_proportions(tmp_path):
     from mmrag.pipelines import synth
+    from mmrag.pipelines.arguments import synth_arguments
 
     parser = argparse.ArgumentParser()
-    synth.add_arguments(parser)
+    synth_arguments(parser)
     out = tmp_path / "sweep"
     args = parser.parse_args(["--world", "v3", "--out", str(out), "--entities", "200", "--seed", "2",
                               "--image-size", "16", "--family-sizes", "2,2", "--kind-mix", "0.1,0.3,0.6"])
@@ -234,9 +235,10 @@ def test_the_sweep_options_set_family_sizes_and_kind_proportions(tmp_path):
 ])
 def test_bad_sweep_options_exit_2_with_one_line_naming_the_option(tmp_path, capsys, flags, message):
     from mmrag.pipelines import synth
+    from mmrag.pipelines.arguments import synth_arguments
 
     parser = argparse.ArgumentParser()
-    synth.add_arguments(parser)
+    synth_arguments(parser)
     args = parser.parse_args(["--world", "v3", "--out", str(tmp_path / "out"), "--entities", "6", *flags])
     assert synth.run(args) == 2
     error = capsys.readouterr().err

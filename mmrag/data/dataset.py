@@ -270,6 +270,18 @@ def _decoded_cell(path: Path, row: int, value: Any) -> Image.Image:
         raise DatasetError(f"{path}: row {row} column 'image': {exc}") from None
 
 
+def read_table(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """A dataset Parquet file's table (`columns` only, if given); DatasetError naming the file if it is missing or
+    not readable (truncated, corrupted)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found")
+    try:
+        return pq.read_table(path, columns=columns)
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{path}: not a readable Parquet file ({exc})") from None
+
+
 @functools.lru_cache(maxsize=8)
 def _row_group_starts(file: str, version: int) -> list[int]:
     meta = pq.ParquetFile(file).metadata
@@ -286,9 +298,12 @@ def _image_group(file: str, version: int, group: int) -> pa.Array:
 
 
 def _image_cell(file: str, row: int) -> Any:
-    version = os.stat(file).st_mtime_ns  # a file rewritten in place is read anew
-    starts = _row_group_starts(file, version)
-    if not 0 <= row < starts[-1]:
-        raise DatasetError(f"{file}: row {row} column 'image': no such row (the file has {starts[-1]})")
-    group = bisect.bisect_right(starts, row) - 1
-    return _image_group(file, version, group)[row - starts[group]].as_py()
+    try:
+        version = os.stat(file).st_mtime_ns  # a file rewritten in place is read anew
+        starts = _row_group_starts(file, version)
+        if not 0 <= row < starts[-1]:
+            raise DatasetError(f"{file}: row {row} column 'image': no such row (the file has {starts[-1]})")
+        group = bisect.bisect_right(starts, row) - 1
+        return _image_group(file, version, group)[row - starts[group]].as_py()
+    except (pa.ArrowException, OSError) as exc:
+        raise DatasetError(f"{file}: row {row} column 'image': not readable ({exc})") from None

@@ -12,11 +12,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from mmrag.config import Config
-from mmrag.data.dataset import UNKNOWN_KIND, Question, decode_image, questions_file
+from mmrag.data.dataset import UNKNOWN_KIND, DatasetError, Question, decode_image, questions_file, read_table
 from mmrag.evaluation.settings import SETTINGS, NoRetrieval, OracleEvidence, gold_doc_hits
 from mmrag.training.evaluate import greedy_batch
 from mmrag.training.pipeline import LocalPipeline
@@ -53,8 +52,13 @@ class GreedyPredictor:
 
 
 def question_from_row(row: dict) -> Question:
-    """A `Question` from one row of a questions Parquet file (image as encoded bytes)."""
-    return Question(id=row["id"], image_source=decode_image(row["image"]), question=row["question"],
+    """A `Question` from one row of a questions Parquet file (image as encoded bytes); DatasetError naming the row's
+    id if its image does not decode."""
+    try:
+        image = decode_image(row["image"])
+    except ValueError as exc:
+        raise DatasetError(f"question id {row['id']!r}: column 'image': {exc}") from None
+    return Question(id=row["id"], image_source=image, question=row["question"],
                     answers=list(row["answers"]), entity_id=row.get("entity_id") or "",
                     gold_doc_ids=list(row.get("gold_doc_ids") or []), kind=row.get("kind") or UNKNOWN_KIND)
 
@@ -68,7 +72,7 @@ def questions_path(data_dir: str | Path, split: str) -> Path:
 
 
 def read_question_rows(data_dir: str | Path, split: str, limit: int | None = None) -> pa.Table:
-    table = pq.read_table(questions_path(data_dir, split))
+    table = read_table(questions_path(data_dir, split))
     return table if limit is None else table.slice(0, limit)
 
 
@@ -93,6 +97,6 @@ def _all_gold_ids(cfg: Config) -> set[str]:
     for split in ("train", "val", "test"):
         path = Path(cfg.data.dir) / questions_file(split)
         if path.is_file():
-            column = pq.read_table(path, columns=["gold_doc_ids"]).column("gold_doc_ids").to_pylist()
+            column = read_table(path, columns=["gold_doc_ids"]).column("gold_doc_ids").to_pylist()
             ids.update(d for row in column for d in (row or []))
     return ids

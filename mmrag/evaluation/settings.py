@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
 
-from mmrag.data.dataset import KB_FILE, Question
+from mmrag.data.dataset import KB_FILE, Question, read_table
 from mmrag.retrieval.hit import Hit
 
 SETTINGS = ("no_retrieval", "untrained", "trained", "oracle")
@@ -71,7 +70,7 @@ class OracleEvidence:
 
 def gold_doc_hits(data_dir: str | Path, doc_ids: set[str]) -> dict[str, Hit]:
     """The KB documents named by `doc_ids`, as retrieval hits (text only: the generator reads text)."""
-    table = pq.read_table(Path(data_dir) / KB_FILE, columns=["doc_id", "title", "text", "entity_id"])
+    table = read_table(Path(data_dir) / KB_FILE, columns=["doc_id", "title", "text", "entity_id"])
     hits = {}
     for index, row in enumerate(table.to_pylist()):
         if row["doc_id"] in doc_ids:

@@ -18,6 +18,7 @@ settings) is unchanged, the build is a no-op.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -212,36 +213,44 @@ def build_index(kb_path: str | Path, index_dir: str | Path, index_cfg: IndexConf
         return BuildReport(Manifest.read(index_dir), False, "unchanged", time.perf_counter() - start)
     runner = runner or LocalRunner(device, progress)
     kb = KBFile(kb_path, index_cfg.part_rows)
-    index_dir.mkdir(parents=True, exist_ok=True)
-    _remove_previous_build(index_dir)
-    staging = Staging(index_dir)
-    staging.prepare(_embedding_key(kb_sha256, identity, index_cfg), discard=force)
+    # The KB's ids are read through before anything is written: an unreadable file leaves the directory as it was.
     doc_ids = check_doc_ids(kb, index_cfg.on_bad_row, progress)
-    done = staging.complete_parts(kb.parts)
-    job = EmbedJob(kb, doc_ids.by_part(kb.parts), {
-        "kb": kb, "index_dir": str(index_dir), "encoder": encoder_cfg, "cache_dir": cache_dir,
-        "fusion": index_cfg.fusion, "on_bad_row": index_cfg.on_bad_row})
-    embed_start = time.perf_counter()
-    embedded = _embed(runner, job, [part for part in kb.parts if part.number not in done], progress)
-    embed_seconds = time.perf_counter() - embed_start
-    pieces = staging.complete_parts(kb.parts)
-    skipped = sum((Counter(piece.skipped) for part in pieces.values() for piece in part), Counter())
-    parts = StagedParts(kb, pieces)
-    if sum(parts.sizes) == 0:
-        raise KBRowError(f"{kb_path}: no usable rows out of {kb.num_rows} (skipped: {dict(skipped)})")
-    shards, writer_peak = write_shards(parts, index_dir, index_cfg, runner)
-    manifest = Manifest(
-        fingerprint=fingerprint, kb_path=str(kb_path), kb_sha256=kb_sha256, encoder=identity, dim=parts.dim,
-        settings=settings, kb_rows=kb.num_rows, num_docs=sum(parts.sizes), skipped=dict(skipped), shards=shards)
-    manifest.write(index_dir)
-    if not index_cfg.keep_embeddings:
-        staging.remove()
-    seconds = time.perf_counter() - start
-    return BuildReport(manifest, True, reason, seconds, workers=runner.workers, rows_embedded=embedded.rows,
-                       parts_reused=len(done), embed_seconds=embed_seconds,
-                       index_seconds=seconds - embed_seconds - (embed_start - start),
-                       peak_rss_mb_driver=peak_rss_mb(), peak_rss_mb_worker=embedded.peak_rss_mb,
-                       peak_rss_mb_writer=writer_peak)
+    created = not index_dir.exists()
+    try:
+        index_dir.mkdir(parents=True, exist_ok=True)
+        _remove_previous_build(index_dir)
+        staging = Staging(index_dir)
+        staging.prepare(_embedding_key(kb_sha256, identity, index_cfg), discard=force)
+        done = staging.complete_parts(kb.parts)
+        job = EmbedJob(kb, doc_ids.by_part(kb.parts), {
+            "kb": kb, "index_dir": str(index_dir), "encoder": encoder_cfg, "cache_dir": cache_dir,
+            "fusion": index_cfg.fusion, "on_bad_row": index_cfg.on_bad_row})
+        embed_start = time.perf_counter()
+        embedded = _embed(runner, job, [part for part in kb.parts if part.number not in done], progress)
+        embed_seconds = time.perf_counter() - embed_start
+        pieces = staging.complete_parts(kb.parts)
+        skipped = sum((Counter(piece.skipped) for part in pieces.values() for piece in part), Counter())
+        parts = StagedParts(kb, pieces)
+        if sum(parts.sizes) == 0:
+            raise KBRowError(f"{kb_path}: no usable rows out of {kb.num_rows} (skipped: {dict(skipped)})")
+        shards, writer_peak = write_shards(parts, index_dir, index_cfg, runner)
+        manifest = Manifest(
+            fingerprint=fingerprint, kb_path=str(kb_path), kb_sha256=kb_sha256, encoder=identity, dim=parts.dim,
+            settings=settings, kb_rows=kb.num_rows, num_docs=sum(parts.sizes), skipped=dict(skipped), shards=shards)
+        manifest.write(index_dir)
+        if not index_cfg.keep_embeddings:
+            staging.remove()
+        seconds = time.perf_counter() - start
+        return BuildReport(manifest, True, reason, seconds, workers=runner.workers, rows_embedded=embedded.rows,
+                           parts_reused=len(done), embed_seconds=embed_seconds,
+                           index_seconds=seconds - embed_seconds - (embed_start - start),
+                           peak_rss_mb_driver=peak_rss_mb(), peak_rss_mb_worker=embedded.peak_rss_mb,
+                           peak_rss_mb_writer=writer_peak)
+    except KBRowError:
+        # A KB row found unreadable while embedding: a directory this call made holds nothing worth resuming from.
+        if created:
+            shutil.rmtree(index_dir, ignore_errors=True)
+        raise
 
 
 def write_vector_index(index_dir: str | Path, vectors: np.ndarray, docs: pa.Table, cfg: IndexConfig,

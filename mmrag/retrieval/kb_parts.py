@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mmrag.data.dataset import KB_REQUIRED
+from mmrag.data.dataset import KB_REQUIRED, DatasetError
 
 KB_OPTIONAL = ("title", "image", "entity_id")
 
 
-class KBRowError(ValueError):
+class KBRowError(DatasetError):
     """A KB row (or file) the index cannot use; the message names the file, row and column."""
 
 
@@ -86,8 +86,12 @@ class KBFile:
 
     def read(self, part: KBPart, columns: tuple[str, ...]) -> pa.Table:
         """The part's rows (those of `columns` the file has), plus `row`: each one's KB row number."""
-        table = pq.ParquetFile(self.path).read_row_groups(list(part.row_groups),
-                                                          columns=[c for c in columns if c in self.columns])
+        try:
+            table = pq.ParquetFile(self.path).read_row_groups(list(part.row_groups),
+                                                              columns=[c for c in columns if c in self.columns])
+        except (pa.ArrowException, OSError) as exc:
+            raise KBRowError(f"{self.path}: rows {part.start}-{part.stop - 1}: not a readable Parquet file "
+                             f"({exc})") from None
         return table.append_column("row", pa.array(np.arange(part.start, part.stop, dtype=np.int64)))
 
     def rows_to_embed(self, part: KBPart, doc_id_problems: dict[int, str]) -> pa.Table:

@@ -8,7 +8,8 @@ Sampling parameters (`temperature`, `max_tokens`, ...) are accepted and ignored:
 answers greedily. `top_k` and `max_docs` (the `/v1/answer` options; `extra_body` in the
 client) may be given at the top level. The reply is a `chat.completion` (or, with
 `stream: true`, `chat.completion.chunk` server-sent events ending with `data: [DONE]`), with
-the pipeline's query and evidence in the extra fields `query` and `evidence`. Errors are
+the pipeline's query and evidence in the extra fields `query` and `evidence`, and `usage` of
+zero tokens (`UNCOUNTED_USAGE`). Errors are
 `RequestError`s naming the parameter (`messages.0.content.1.image_url.url`), sent with OpenAI's
 error body. No Ray here.
 """
@@ -29,6 +30,10 @@ from mmrag.serving.request import (AnswerRequest, RequestError, RequestLimits, a
 from mmrag.serving.schema import AnswerOptions, Evidence
 
 IMAGE_URL_HELP = "expected a data URL (data:image/png;base64,...)"
+UNCOUNTED_USAGE = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+"""A reply's `usage`: the answer comes from two models with tokenizers of their own (the translator writing the
+query, the generator reading the evidence), so no one token count stands for it; zeros, not a made-up figure, for
+clients that require the field."""
 
 
 class ChatRequest(BaseModel):
@@ -133,7 +138,7 @@ def chat_completion(answer: str, query: str, evidence: list[Evidence], model: st
     return {"id": completion_id(), "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "logprobs": None,
                          "finish_reason": "stop"}],
-            "usage": None, "query": query, "evidence": [item.model_dump() for item in evidence]}
+            "usage": dict(UNCOUNTED_USAGE), "query": query, "evidence": [item.model_dump() for item in evidence]}
 
 
 def chat_completion_events(answer: str, query: str, evidence: list[Evidence], model: str) -> Iterator[str]:

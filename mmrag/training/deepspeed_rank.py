@@ -226,4 +226,4 @@ class DeepSpeedRank:
         with self._gathered(whole_modules=True):
             if self.rank == 0:
                 with storage.writing_to(directory, "export") as local:
-                    save_export(local, self.translator, self.reranker, self.version, self.cfg)
+                    save_export(local, self.translator, self.reranker, self.version, self.cfg, location=directory)

@@ -5,7 +5,8 @@ Layout of RUN_DIR/export/:
   reranker/model.safetensors  the reranker's trainable state (head, STOP scorer, LoRA adapters)
   reranker/config.json        the `reranker` config section those weights fit, and the policy version
   export.json                 the policy version, the translator and reranker sections, and the whole
-                              config of the run (index, encoder, generator: what `Pipeline` rebuilds)
+                              config of the run (index, encoder, generator: what `Pipeline` rebuilds),
+                              its paths relative to the export (`mmrag.training.export_meta`)
   README.md                   the model card (`mmrag.training.model_card`), after the run's last evaluation
 
 The directory is written beside its final place and renamed into it, so a reader never sees a
@@ -24,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from mmrag.atomic import atomic_directory
 from mmrag.config import Config, config_to_dict
-from mmrag.training.export_meta import export_meta
+from mmrag.training.export_meta import META_FILE, export_meta, portable_config
 
 RERANKER_DIR = "reranker"
 RERANKER_WEIGHTS = "model.safetensors"
@@ -32,29 +33,39 @@ RERANKER_CONFIG = "config.json"
 LEGACY_RERANKER_WEIGHTS = "reranker.pt"
 
 
-def save_export(export_dir: str | Path, translator, reranker, version: int, cfg: Config) -> Path:
+def save_export(export_dir: str | Path, translator, reranker, version: int, cfg: Config,
+                location: str | Path | None = None) -> Path:
+    """Write the export into `export_dir`; `location` is where it will be read from (a path or URI; default
+    `export_dir`), what its recorded paths are relative to, when it is written in a scratch directory first."""
     export_dir = Path(export_dir)
     with atomic_directory(export_dir) as staging:
         translator.export(str(staging / "translator"))
+        _record_base_by_reference(staging / "translator", cfg.translator.model)
         (staging / RERANKER_DIR).mkdir()
         weights = {name: tensor.contiguous() for name, tensor in reranker.trainable_state_dict().items()}
         save_file(weights, staging / RERANKER_DIR / RERANKER_WEIGHTS, metadata={"format": "pt"})
         reranker_config = {"policy_version": version, "reranker": dataclasses.asdict(cfg.reranker)}
         (staging / RERANKER_DIR / RERANKER_CONFIG).write_text(json.dumps(reranker_config, indent=2))
         meta = {"version": version, "translator": dataclasses.asdict(cfg.translator),
-                "reranker": dataclasses.asdict(cfg.reranker), "config": config_to_dict(_with_absolute_paths(cfg))}
-        (staging / "export.json").write_text(json.dumps(meta, indent=2))
+                "reranker": dataclasses.asdict(cfg.reranker),
+                "config": portable_config(config_to_dict(cfg), export_dir if location is None else location)}
+        (staging / META_FILE).write_text(json.dumps(meta, indent=2))
     return export_dir
 
 
-def _with_absolute_paths(cfg: Config) -> Config:
-    """The data, index and zoo paths as absolute paths, so that the export loads from any directory."""
-    def absolute(path: str) -> str:
-        return str(Path(path).expanduser().resolve())
-
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dir=absolute(cfg.data.dir)),
-                               index=dataclasses.replace(cfg.index, dir=absolute(cfg.index.dir)),
-                               zoo=dataclasses.replace(cfg.zoo, cache_dir=absolute(cfg.zoo.cache_dir)))
+def _record_base_by_reference(translator_dir: Path, base_ref: str) -> None:
+    """A LoRA adapter names its base model as the config does (`zoo:NAME`, a Hub id), not by the local path it was
+    resolved to, which exists on the training machine only (in adapter_config.json and the card PEFT writes beside
+    it); a base configured as a local path stays as PEFT wrote it."""
+    adapter_config = translator_dir / "adapter_config.json"
+    if not adapter_config.is_file() or Path(base_ref).expanduser().exists():
+        return
+    adapter = json.loads(adapter_config.read_text())
+    resolved, adapter["base_model_name_or_path"] = adapter["base_model_name_or_path"], base_ref
+    adapter_config.write_text(json.dumps(adapter, indent=2))
+    peft_card = translator_dir / "README.md"
+    if resolved and peft_card.is_file():
+        peft_card.write_text(peft_card.read_text().replace(resolved, base_ref))
 
 
 def with_exported_translator(cfg: Config, export_dir: str | Path) -> Config:

@@ -240,7 +240,7 @@ class LocalLearner:
 
     def export(self, directory: str | Path) -> None:
         with storage.writing_to(directory, "export") as local:
-            save_export(local, self.translator, self.reranker, self.version, self.cfg)
+            save_export(local, self.translator, self.reranker, self.version, self.cfg, location=directory)
 
     def restart(self, directory: str | Path | None) -> None:
         """In process nothing is lost without the driver: restarting is loading a checkpoint."""

@@ -125,7 +125,7 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     else:
         run.initial = run.driver_state(learner.version)
     pools.stages.install(run.stamped(learner.weights()))
-    metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir))
+    metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir), resumed_at=None if checkpoint is None else run.step)
     try:
         preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:

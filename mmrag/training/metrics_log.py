@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mmrag.atomic import atomic_write_text
 from mmrag.training.trackers import Tracker
 
 
@@ -31,12 +32,20 @@ def flatten_scalars(record: dict, prefix: str = "") -> dict[str, float]:
 
 
 class MetricsLog:
-    """Append-only metrics.jsonl in the run directory, plus the trackers it fans each record out to."""
+    """Append-only metrics.jsonl in the run directory, plus the trackers it fans each record out to.
 
-    def __init__(self, run_dir: str | Path, trackers: Sequence[Tracker] = ()):
+    `resumed_at`: the step a resumed run continues from; the records of later steps, written by the
+    interrupted run before it died and about to be written again, are dropped first, so each step keeps
+    one record.
+    """
+
+    def __init__(self, run_dir: str | Path, trackers: Sequence[Tracker] = (), resumed_at: int | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
+        if resumed_at is not None and self.path.is_file():
+            kept = [record for record in read_metrics(self.run_dir) if record.get("step", 0) <= resumed_at]
+            atomic_write_text(self.path, "".join(json.dumps(record, sort_keys=True) + "\n" for record in kept))
         self._file = self.path.open("a")
         self.trackers = list(trackers)
 

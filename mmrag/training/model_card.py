@@ -3,18 +3,20 @@
 Written by the training loop after the run's last held-out evaluation, beside the export it
 describes (`mmrag.training.export`): Hugging Face-style front matter (library, base models),
 then the base models, the training data, the trained config sections and the held-out
-metrics before and after training, and how to load the export.
+metrics before and after training, and how to load the export: with mmrag, and which parts load with
+plain Hugging Face / PEFT APIs. Paths are written as the export records them (relative to it,
+`mmrag.training.export_meta`), so the card names no directory of the training machine.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
 
 from mmrag import storage
-from mmrag.config import Config
+from mmrag.config import Config, config_to_dict
+from mmrag.training.export_meta import INDEX_IN_EXPORT, portable_config
 
 CARD = "README.md"
 
@@ -23,13 +25,15 @@ def write_model_card(export_dir: str | Path, cfg: Config, evaluations: dict[int,
     """Write README.md into `export_dir` (a path or URI, `mmrag.storage`: replaced whole, never half-written);
     its URI."""
     uri = storage.join(export_dir, CARD)
-    storage.write_text(uri, model_card(cfg, evaluations))
+    storage.write_text(uri, model_card(cfg, evaluations, export_dir))
     return uri
 
 
-def model_card(cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:
-    """The card's Markdown; `evaluations` are the held-out metrics by training step (at least one)."""
+def model_card(cfg: Config, evaluations: dict[int, dict[str, float]], export_dir: str | Path) -> str:
+    """The card's Markdown for the export at `export_dir`; `evaluations` are the held-out metrics by training step
+    (at least one)."""
     first, last = min(evaluations), max(evaluations)
+    recorded = portable_config(config_to_dict(cfg), export_dir)
     bases = {
         "query translator (LVLM, trained)": cfg.translator.model,
         "reranker backbone (CLIP features; head trained)": f"{cfg.reranker.backbone_name} / "
@@ -40,8 +44,7 @@ def model_card(cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:
     front_matter = {"library_name": "mmrag", "tags": ["multimodal-rag", "kb-vqa", "reranker", "query-rewriting"],
                     "base_model": [cfg.translator.model]}
     metric_names = sorted(evaluations[last])
-    trained = {"translator": dataclasses.asdict(cfg.translator), "reranker": dataclasses.asdict(cfg.reranker),
-               "train": dataclasses.asdict(cfg.train)}
+    trained = {section: recorded[section] for section in ("translator", "reranker", "train")}
     return "\n".join([
         "---", yaml.safe_dump(front_matter, sort_keys=False).strip(), "---", "",
         "# mmrag pipeline: query translator + adaptive reranker", "",
@@ -51,8 +54,10 @@ def model_card(cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:
         "## Base models", "",
         *(f"- {role}: `{name}`" for role, name in bases.items()), "",
         "## Training data", "",
-        f"- dataset: `{cfg.data.dir}` (questions_train for training, questions_val for the held-out metrics)",
-        f"- knowledge base index: `{cfg.index.dir}` (top-{cfg.index.top_k} retrieval)",
+        f"- dataset: `{recorded['data']['dir']}` (relative to this export; questions_train for training, "
+        "questions_val for the held-out metrics)",
+        f"- knowledge base index: `{recorded['index']['dir']}` (relative to this export; top-{cfg.index.top_k} "
+        "retrieval)",
         f"- {cfg.train.steps} steps of {cfg.train.questions_per_step} questions; "
         f"at most {cfg.train.eval_questions} held-out questions (questions_val) per evaluation", "",
         "## Held-out metrics (greedy inference path)", "",
@@ -70,5 +75,29 @@ def model_card(cfg: Config, evaluations: dict[int, dict[str, float]]) -> str:
         "print(result.answer, result.query, [e.title for e in result.evidence])",
         "```", "",
         "Or over HTTP: `mmrag serve --checkpoint path/to/export` (`/v1/answer`, OpenAI-compatible "
-        "`/v1/chat/completions`).", "",
+        "`/v1/chat/completions`; `--host`, `--port`).", "",
+        "The export loads from any directory and after it is moved or copied: `export.json` records the run's "
+        "paths relative to the export and models by reference (`zoo:NAME`, resolved in the loading machine's "
+        "zoo cache, or a Hub id). The index is looked up in this order: "
+        f"`{INDEX_IN_EXPORT}/` inside the export (copy the index there to make the export self-contained); the "
+        f"index the config names, relative to the export (`{recorded['index']['dir']}`: move the run with its "
+        "index); or the one named with `--set index.dir=PATH_OR_URI` (`overrides=[...]` in Python).", "",
+        "## Loading the parts without mmrag", "",
+        "- `translator/`: a Hugging Face model directory (with its processor): with LoRA a PEFT adapter whose "
+        "`base_model_name_or_path` is the base's reference (for `zoo:NAME`, the directory "
+        "`mmrag.model_refs.resolve(\"zoo:NAME\", \"~/.cache/mmrag/zoo\")` returns), else the full model:", "",
+        "```python",
+        "from peft import PeftModel",
+        "from transformers import AutoModelForImageTextToText, AutoProcessor",
+        "processor = AutoProcessor.from_pretrained(\"path/to/export/translator\")",
+        "# with LoRA (translator/adapter_config.json present):",
+        "base = AutoModelForImageTextToText.from_pretrained(BASE)  # the adapter's base_model_name_or_path, resolved",
+        "translator = PeftModel.from_pretrained(base, \"path/to/export/translator\")",
+        "# without LoRA:",
+        "translator = AutoModelForImageTextToText.from_pretrained(\"path/to/export/translator\")",
+        "```", "",
+        "- `reranker/model.safetensors`: the reranker's trained tensors by name (`safetensors.torch.load_file`); "
+        "they fit mmrag's `AdaptiveReranker` built from `reranker/config.json`, not a Hugging Face class.",
+        "- The index (FAISS shards, document stores, `manifest.json`) is mmrag's own format, read by "
+        "`mmrag.retrieval`.", "",
     ])
