@@ -2,7 +2,8 @@
 
 Only the module of the command being run is imported (each imports what it needs, torch,
 Ray or transformers, at its top); the command list shows the first line of each module's
-docstring, read from its source without running it.
+docstring, read from its source without running it. A command runs with torch's threads set from
+the CPUs the process owns (`mmrag.cpu_threads`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
+
+from mmrag.cpu_threads import use_owned_cpus
 
 COMMANDS = {
     "synth": "mmrag.pipelines.synth",
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     # The top-level parser has no options of its own, so a command comes first.
     command = argv[0] if argv and argv[0] in COMMANDS else None
     args = build_parser(command).parse_args(argv)
+    use_owned_cpus(f"mmrag {args.command}")
     return args.run(args) or 0
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from mmrag.config import Config
+from mmrag.cpu_threads import fit_threads_to_models
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.generator import build_generator
 from mmrag.models.reranker import AdaptiveReranker, candidates_of
@@ -70,6 +71,7 @@ class LocalPipeline:
         )
         if checkpoint is not None:
             load_reranker_weights(pipeline.reranker, checkpoint)
+        fit_threads_to_models(vars(pipeline).values())
         return pipeline
 
     def install(self, weights: Weights) -> None:
