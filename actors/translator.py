@@ -16,7 +16,7 @@ from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.policy import InstalledVersion, PolicyWeights
 from mmrag.config import TranslatorConfig
 from mmrag.models.translator import QueryTranslator
-from mmrag.training.pipeline import sample_queries
+from mmrag.training.seeding import sample_queries
 from mmrag.training.stages import QuestionTable, SampledQueries
 
 

@@ -115,13 +115,17 @@ def test_a_cli_command_sets_threads_from_the_cpus_its_process_owns(tiny_export, 
     assert "mmrag eval: 1 intra-op thread(s), 1 inter-op (CPU affinity of 1)" in ran["stderr"]
 
 
-@pytest.mark.parametrize("num_cpus, threads", [(1, 1), (3, 3)])
-def test_a_ray_actor_runs_as_many_threads_as_the_cpus_ray_assigned_it(ray_session, zoo_dir, num_cpus, threads):
+@pytest.mark.parametrize("num_cpus, omp_num_threads, threads", [(1, "", 1), (3, "", 3), (1, "2", 2)])
+def test_a_ray_actor_runs_as_many_threads_as_the_cpus_ray_assigned_it_unless_the_user_set_them(
+        ray_session, zoo_dir, num_cpus, omp_num_threads, threads):
     from mmrag.actors.encoder import EncoderActor
     from mmrag.config import EncoderConfig
 
     ray = ray_session
-    actor = ray.remote(EncoderActor).options(num_cpus=num_cpus).remote(EncoderConfig(), zoo_dir)
+    # The workers inherit this process's environment; "" stands for a user who set no thread count.
+    runtime_env = {"env_vars": {"OMP_NUM_THREADS": omp_num_threads, "MKL_NUM_THREADS": ""}}
+    actor = ray.remote(EncoderActor).options(num_cpus=num_cpus, runtime_env=runtime_env).remote(EncoderConfig(),
+                                                                                                 zoo_dir)
     try:
         got = ray.get(actor.__ray_call__.remote(lambda _: (torch.get_num_threads(), torch.get_num_interop_threads())))
         assert got == (threads, threads)
