@@ -31,10 +31,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import ray
 import torch
+from ray import serve
 
 from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
-from benchmarks.serve import benchmark_ray, deploy, post, request_bodies, stop_server
+from benchmarks.serve import deploy, post, request_bodies, stop_server
 from mmrag import Pipeline
 from mmrag.pipelines.options import add_config_options, config_from_args
 
@@ -62,6 +64,18 @@ def cpu_bound_job(processes: int) -> Iterator[None]:
         for spinner in spinners:
             spinner.kill()
             spinner.join()
+
+
+@contextlib.contextmanager
+def local_serve(cfg) -> Iterator[None]:
+    """A local Ray with Serve's controller (no proxy: `mmrag serve` answers HTTP itself), shut down afterwards."""
+    ray.init(num_cpus=cfg.ray.num_cpus, include_dashboard=False, log_to_driver=False)
+    serve.start(proxy_location="Disabled")
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 def latencies_ms(answer: Callable[[int], object], count: int) -> dict:
@@ -95,7 +109,7 @@ def measure(args: argparse.Namespace, cfg) -> dict:
 
     paths: dict[str, dict] = {}
     server, logs = None, Path(tempfile.mkdtemp(prefix="latency-benchmark-"))
-    with benchmark_ray(cfg):
+    with local_serve(cfg):
         try:
             server = deploy(args, [], None, logs)
             connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=120)

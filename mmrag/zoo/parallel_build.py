@@ -21,7 +21,7 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import huggingface_hub
-import torch
+import torch  # loaded before `_start_worker`, which sets the threads of the libraries loaded
 import transformers
 from tqdm import tqdm
 
