@@ -91,7 +91,7 @@ def latencies_ms(answer: Callable[[int], object], count: int) -> dict:
 
 
 def measure(args: argparse.Namespace, cfg) -> dict:
-    questions, bodies = request_bodies(cfg, args.questions)
+    questions, bodies = request_bodies(cfg, max(args.questions, args.comparison_questions))
     payloads = [json.dumps(body).encode() for body in bodies]
     pipeline = Pipeline.from_pretrained(args.checkpoint, config=cfg)
     api_threads = torch.get_num_threads()
@@ -107,27 +107,33 @@ def measure(args: argparse.Namespace, cfg) -> dict:
         finally:
             torch.set_num_threads(api_threads)
 
+    def http_path() -> Callable[[int], object]:
+        # A fresh kept-alive connection per measurement: the server closes one left idle while the others ran.
+        connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=120)
+        return lambda i: post(connection, payloads[i])
+
+    measured = {  # name: (a new answer function, questions timed)
+        f"Python API ({api_threads} thread{'s' if api_threads > 1 else ''}, as it sets them)": (lambda: api,
+                                                                                              args.questions),
+        "HTTP POST /v1/answer (mmrag serve)": (http_path, args.questions),
+        f"Python API, torch's default threads ({cores}), for comparison": (lambda: api_default_threads,
+                                                                           args.comparison_questions)}
     paths: dict[str, dict] = {}
     server, logs = None, Path(tempfile.mkdtemp(prefix="latency-benchmark-"))
     with local_serve(cfg):
         try:
             server = deploy(args, [], None, logs)
-            connection = http.client.HTTPConnection(cfg.serving.host, cfg.serving.port, timeout=120)
-            measured = {f"Python API ({api_threads} thread{'s' if api_threads > 1 else ''}, as it sets them)": api,
-                        "HTTP POST /v1/answer (mmrag serve)": lambda i: post(connection, payloads[i]),
-                        f"Python API, torch's default threads ({cores}), for comparison": api_default_threads}
             for condition, busy in (("idle", 0), ("busy", cores)):
                 with cpu_bound_job(busy) if busy else contextlib.nullcontext():
-                    for name, answer in measured.items():
-                        paths.setdefault(name, {})[condition] = latencies_ms(answer, args.questions)
+                    for name, (new_answer, count) in measured.items():
+                        paths.setdefault(name, {})[condition] = latencies_ms(new_answer(), count)
                         print(name, condition, round(paths[name][condition]["p50_ms"], 1), flush=True)
-            connection.close()
         finally:
             if server is not None:
                 stop_server(server)
     for row in paths.values():
         row["busy_over_idle_p50"] = row["busy"]["p50_ms"] / row["idle"]["p50_ms"]
-    return {"paths": paths, "questions": args.questions, "spinning_processes": cores, "api_threads": api_threads,
+    return {"paths": paths, "questions": args.questions, "comparison_questions": args.comparison_questions, "spinning_processes": cores, "api_threads": api_threads,
             "target_busy_over_idle_p50": TARGET_BUSY_OVER_IDLE, "machine": machine(with_load=True),
             "load_average_at_start": args.load_at_start, "date": datetime.date.today().isoformat()}
 
@@ -141,7 +147,7 @@ def report(figures: dict, args: argparse.Namespace) -> str:
         f"Machine: {figures['machine']} (load average {figures['load_average_at_start']:.1f} at the start). "
         f"Config {config_in_words(args.config, args.overrides)}; {portable_assignment(f'checkpoint={args.checkpoint}')}; "
         f"`python -m benchmarks.latency`: {figures['questions']} test questions one at a time per path and condition "
-        f"(after {WARM_UP} untimed); busy = {figures['spinning_processes']} spinning processes (one per core) beside "
+        f"({figures['comparison_questions']} with torch's default threads; after {WARM_UP} untimed); busy = {figures['spinning_processes']} spinning processes (one per core) beside "
         f"it. Target: busy p50 at most {TARGET_BUSY_OVER_IDLE}x idle p50.", "",
         markdown_table(["path", "idle p50 ms", "idle p95 ms", "busy p50 ms", "busy p95 ms", "busy / idle p50"], rows),
     ])
@@ -153,6 +159,8 @@ def main() -> None:
     add_config_options(parser)
     parser.add_argument("--checkpoint", required=True, help="exported checkpoint (RUN_DIR/export)")
     parser.add_argument("--questions", type=int, default=30, help="timed questions per path and condition (default 30)")
+    parser.add_argument("--comparison-questions", type=int, default=8,
+                        help="timed questions per condition with torch's default threads (default 8)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
     args.load_at_start = os.getloadavg()[0]
