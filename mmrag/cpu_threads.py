@@ -1,8 +1,8 @@
 """How many torch threads a process runs: as many as the CPUs it owns, fewer for models too small to split.
 
 Every process the project starts or runs in (a CLI command, `mmrag.Pipeline`, a Ray actor, a Serve
-replica, a zoo build worker) calls `use_owned_cpus` where it starts, and, once it has loaded its
-models, `fit_threads_to_models`. The CPUs a process owns are, first to last:
+replica, a zoo build worker) calls `use_owned_cpus` where it starts, and a process that loads the
+pipeline's models itself (`mmrag.Pipeline`, `LocalPipeline`) calls `fit_threads_to_models` then. The CPUs a process owns are, first to last:
 1. an explicit setting: `OMP_NUM_THREADS` (or `MKL_NUM_THREADS`) in its environment;
 2. the CPUs it was assigned: Ray's `num_cpus` for an actor or replica (passed in by the caller, as
    this module does not import Ray), or a parent's share for a pool worker;
@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 EXPLICIT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 PARAMETERS_PER_THREAD = 50_000_000
-"""Parameters of the largest model per intra-op thread: below it a second thread costs more than it saves."""
+"""Parameters of the largest model per intra-op thread. The zoo's models, far below it, answer fastest on one thread
+idle and busy alike (benchmarks/latency.py); the threshold for larger models is an estimate."""
 
 
 @dataclass(frozen=True)
