@@ -13,12 +13,14 @@ import numpy as np
 import ray
 from PIL import Image
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.config import EncoderConfig
 from mmrag.models.clip_encoder import ClipEncoder, Fusion
 
 
 class EncoderActor:
     def __init__(self, cfg: EncoderConfig, cache_dir: str):
+        use_actor_cpus("EncoderActor")
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.encoder = ClipEncoder(cfg.model_name, cfg.pretrained, cache_dir, device, cfg.batch_size)
 

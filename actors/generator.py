@@ -16,6 +16,7 @@ import time
 
 import ray
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.config import GeneratorConfig
 from mmrag.models.generator import build_generator
 from mmrag.retrieval.hit import Hit
@@ -25,6 +26,7 @@ from mmrag.training.stages import QuestionTable
 
 class GeneratorActor:
     def __init__(self, cfg: GeneratorConfig, cache_dir: str):
+        use_actor_cpus("GeneratorActor")
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.generator = build_generator(cfg, cache_dir, device)
         self.leaves = 0

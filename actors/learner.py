@@ -30,6 +30,7 @@ from ray.exceptions import RayActorError, RayError
 
 from ray.util.placement_group import remove_placement_group
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.placement import in_bundle, reserve
 from mmrag.actors.rank_processes import RankProcesses, error_of
 from mmrag.actors.retrieval import fetch_hits_rows
@@ -59,6 +60,7 @@ class LearnerRank:
     actor where `LearnerGroup` places it, so that a benchmark can place a subclass)."""
 
     def __init__(self):
+        use_actor_cpus("LearnerRank")
         self.worker = None
         self.store = None
         self.sync_stores: dict = {}

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import ray
 from ray.exceptions import ObjectLostError
 
-from mmrag.training.learner import Weights
 from mmrag.training.published_weights import component_file, read_published
 from mmrag.training.weight_broadcast import join_sync_group, receive_state
+
+if TYPE_CHECKING:  # a policy replica never builds a learner: its module imports every trainable model
+    from mmrag.training.learner import Weights
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ray
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.policy import InstalledVersion, PolicyWeights
 from mmrag.config import RerankerConfig
 from mmrag.models.reranker import AdaptiveReranker
@@ -24,6 +25,7 @@ from mmrag.training.stages import QuestionTable, SampledSelections
 
 class RerankerActor:
     def __init__(self, cfg: RerankerConfig, cache_dir: str):
+        use_actor_cpus("RerankerActor")
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.policy = AdaptiveReranker.from_config(cfg, cache_dir, device).eval()
         self.temperature = cfg.temperature

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import ray
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.pool import probed
 from mmrag.config import IndexConfig
 from mmrag.retrieval.manifest import Manifest, ShardEntry
@@ -31,6 +32,7 @@ class RetrievalShard:
     """One shard's FAISS index (GPU FAISS when this actor was given a GPU) and its memory-mapped doc store."""
 
     def __init__(self, index_dir: str, entry: ShardEntry, cfg: IndexConfig):
+        use_actor_cpus("RetrievalShard")
         self.searcher = ShardSearcher(index_dir, entry, cfg)
 
     def num_docs(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ray
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.config import RewardConfig
 from mmrag.models.reward import build_reward
 from mmrag.training.stages import QuestionTable
@@ -18,6 +19,7 @@ from mmrag.training.stages import QuestionTable
 
 class RewardActor:
     def __init__(self, cfg: RewardConfig, cache_dir: str):
+        use_actor_cpus("RewardActor")
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.scorer = build_reward(cfg, cache_dir, device=device)
 

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import ray
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.policy import InstalledVersion, PolicyWeights
 from mmrag.config import TranslatorConfig
 from mmrag.models.translator import QueryTranslator
-from mmrag.training.pipeline import sample_queries
+from mmrag.training.seeding import sample_queries
 from mmrag.training.stages import QuestionTable, SampledQueries
 
 
 class TranslatorActor:
     def __init__(self, cfg: TranslatorConfig, cache_dir: str):
+        use_actor_cpus("TranslatorActor")
         device = "cuda" if ray.get_gpu_ids() else "cpu"
         self.translator = QueryTranslator.from_config(cfg, cache_dir, device)
         self.installed = InstalledVersion()

@@ -217,7 +217,8 @@ def deploy(args: argparse.Namespace, overrides: list[str], server: subprocess.Po
         serve.run(pipeline_app(cfg, args.checkpoint), name=APP, route_prefix="/")
         return None
     settings = [item for override in [*args.overrides, *overrides] for item in ("--set", override)]
-    server = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.serve", "--config", args.config, "--checkpoint",
+    config = ["--config", args.config] if args.config else []  # none: the embedded defaults, as in this process
+    server = subprocess.Popen([sys.executable, "-m", "mmrag.pipelines.serve", *config, "--checkpoint",
                                args.checkpoint, "--address", ray.get_runtime_context().gcs_address, "--name", APP,
                                *settings], start_new_session=True, stdout=(logs / "stdout").open("w"),
                               stderr=(logs / "stderr").open("w"))

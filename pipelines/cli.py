@@ -3,7 +3,8 @@
 The options of every command come from `mmrag.pipelines.arguments`; a command's module (which
 imports what it needs, torch, Ray or transformers, at its top) is imported only once its
 arguments have parsed, so `--help` and a usage error answer at once. The command list shows the
-first line of each module's docstring, read from its source without running it.
+first line of each module's docstring, read from its source without running it. A command runs
+with torch's threads set from the CPUs the process owns (`mmrag.cpu_threads`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import typing
 from pathlib import Path
 
 import mmrag
+from mmrag.cpu_threads import use_owned_cpus
 from mmrag.data.dataset import DatasetError
 from mmrag.pipelines.arguments import ARGUMENTS
 
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     # The command is the first argument that names one (`--version` and `--help` are the only options before it).
     command = next((arg for arg in argv if arg in COMMANDS), None)
     args = build_parser(command).parse_args(argv)
+    use_owned_cpus(f"mmrag {args.command}")
     # Parsed: now the command's module, and with it what it runs on.
     return run_command(args.command, importlib.import_module(COMMANDS[args.command]).run, args)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from ray import serve
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.serving import configure_batching, replica_device
 from mmrag.actors.serving.stage_path import StageCall, StagePath
 from mmrag.actors.serving.stage_group import run_group
@@ -28,6 +29,7 @@ from mmrag.serving.state import StageState
 class AnswerIngress:
     def __init__(self, groups: list[list[str]], handles: list[list], cfg: Config, checkpoint: str,
                  settings: ApiSettings):
+        use_actor_cpus("AnswerIngress")
         serving = cfg.serving
         calls = [StageCall(stages, group_handles) for stages, group_handles in zip(groups, handles)]
         if serving.first_group_in_ingress:

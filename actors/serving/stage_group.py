@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ray import serve
 
+from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.serving import configure_batching, replica_device
 from mmrag.actors.serving.stage_path import resolved_image
 from mmrag.config import Config
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 @serve.deployment
 class StageGroupDeployment:
     def __init__(self, cfg: Config, checkpoint: str, stages: list[str]):
+        use_actor_cpus("StageGroupDeployment")
         # The model stack is imported here, in the replica: the driver that builds the application never runs a model.
         from mmrag.serving.greedy_stages import GreedyStages
 

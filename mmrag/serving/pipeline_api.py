@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image
 
 from mmrag.config import Config, config_from_dict, config_to_dict, load_config
+from mmrag.cpu_threads import fit_threads_to_models, use_owned_cpus
 from mmrag.data.dataset import decode_image
 from mmrag.serving.greedy_stages import GreedyStages
 from mmrag.serving.state import STAGES, StageState
@@ -87,7 +88,12 @@ class Pipeline:
     @classmethod
     def from_pretrained(cls, export_dir: str | os.PathLike, device: str = "cpu", config: Config | str | None = None,
                         overrides: Sequence[str] = ()) -> Pipeline:
-        """Load RUN_DIR/export of `mmrag train` onto `device` ("cpu", "cuda", "cuda:1", ...)."""
+        """Load RUN_DIR/export of `mmrag train` onto `device` ("cpu", "cuda", "cuda:1", ...).
+
+        Sets this process's torch threads from the CPUs it owns and the models' size (`mmrag.cpu_threads`;
+        `OMP_NUM_THREADS` overrides).
+        """
+        use_owned_cpus("mmrag.Pipeline")
         meta = export_meta(export_dir)
         if isinstance(config, Config):
             cfg = config_from_dict(config_to_dict(config), list(overrides)) if overrides else config
@@ -96,6 +102,7 @@ class Pipeline:
         else:
             cfg = export_config(export_dir, list(overrides))
         stages = GreedyStages.from_config(cfg, str(export_dir), list(STAGES), device)
+        fit_threads_to_models(stages.components.values())
         return cls(stages, cfg, int(meta["version"]))
 
     def answer(self, image: ImageInput, question: str, top_k: int | None = None,

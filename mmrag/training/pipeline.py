@@ -16,17 +16,18 @@ from pathlib import Path
 import torch
 
 from mmrag.config import Config
+from mmrag.cpu_threads import fit_threads_to_models
 from mmrag.models.clip_encoder import ClipEncoder
 from mmrag.models.generator import build_generator
 from mmrag.models.reranker import AdaptiveReranker, candidates_of
 from mmrag.models.reward import build_reward
-from mmrag.models.translator import QuerySample, QueryTranslator
+from mmrag.models.translator import QueryTranslator
 from mmrag.retrieval.hit import Hit
 from mmrag.retrieval.merge import LocalRetriever
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.export import load_reranker_weights, with_exported_reranker, with_exported_translator
 from mmrag.training.learner import Weights, load_trainable_components
-from mmrag.training.seeding import seeded_torch
+from mmrag.training.seeding import sample_queries
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections
 
 
@@ -70,6 +71,7 @@ class LocalPipeline:
         )
         if checkpoint is not None:
             load_reranker_weights(pipeline.reranker, checkpoint)
+        fit_threads_to_models(vars(pipeline).values())
         return pipeline
 
     def install(self, weights: Weights) -> None:
@@ -104,12 +106,6 @@ class LocalPipeline:
 
     def score(self, table: QuestionTable, rows: list[int], answers: list[str]) -> list[float]:
         return self.reward.score(table.questions_of(rows), answers, table.references_of(rows))
-
-
-def sample_queries(translator: QueryTranslator, table: QuestionTable, n: int, seed: int) -> list[list[QuerySample]]:
-    """n queries per question at `translator.temperature`, drawn from a generator seeded with `seed` alone."""
-    with seeded_torch(seed, translator.model.device):
-        return translator.sample(table.images, table.questions, n)
 
 
 def sample_selections(reranker: AdaptiveReranker, table: QuestionTable, rows: list[int], queries: list[str],

@@ -11,9 +11,14 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from mmrag.models.translator import QuerySample, QueryTranslator
+    from mmrag.training.stages import QuestionTable
 
 
 def seed_everything(seed: int) -> None:
@@ -34,3 +39,9 @@ def seeded_torch(seed: int, device: torch.device | str = "cpu") -> Iterator[None
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         yield
+
+
+def sample_queries(translator: QueryTranslator, table: QuestionTable, n: int, seed: int) -> list[list[QuerySample]]:
+    """n queries per question at `translator.temperature`, drawn from a generator seeded with `seed` alone."""
+    with seeded_torch(seed, translator.model.device):
+        return translator.sample(table.images, table.questions, n)

@@ -21,10 +21,11 @@ import os
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import huggingface_hub
-import torch
+import torch  # loaded before `_start_worker`, which sets the threads of the libraries loaded
 import transformers
 from tqdm import tqdm
 
+from mmrag.cpu_threads import use_owned_cpus
 from mmrag.model_refs import MODELS, ZooBuild, ensure_built
 from mmrag.zoo.fitting import hide_progress_bars
 
@@ -51,8 +52,8 @@ def build_order(names: list[str]) -> list[str]:
     return ordered
 
 
-def _start_worker(threads: int) -> None:
-    torch.set_num_threads(threads)
+def _start_worker(cpus: int) -> None:
+    use_owned_cpus("zoo build worker", assigned_cpus=cpus)
     hide_progress_bars()
     huggingface_hub.utils.disable_progress_bars()  # a worker's checkpoint loads and saves: bars interleaved
     transformers.utils.logging.disable_progress_bar()
@@ -69,12 +70,12 @@ def build_models(names: list[str], cache_dir: str, seed: int | None = None, rebu
     workers = default_workers() if workers is None else workers
     if workers <= 1 or len(ordered) <= 1:
         return {name: ensure_built(name, cache_dir, seed, rebuild) for name in ordered}
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    cpus = max(1, (os.cpu_count() or 1) // workers)
     builds: dict[str, ZooBuild] = {}
     running: dict[Future, str] = {}
     waiting = list(ordered)
     context = multiprocessing.get_context("spawn")  # a fork of a process that already ran torch can deadlock
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(threads,)) as pool, \
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(cpus,)) as pool, \
             tqdm(total=len(ordered), desc="zoo", unit="model") as progress:
         try:
             while waiting or running:
