@@ -299,6 +299,10 @@ class RewardConfig:
     """RewardActor pool size."""
     num_gpus: float = 0.0
     """GPUs for each reward replica."""
+    min_answered: float = 0.95
+    """Training stops when fewer than this share of the last `guard_window` rewards came back finite."""
+    guard_window: int = 512
+    """Rewards the reward-service guard looks at (their answered share; whether they stopped varying); 0: off."""
 
 
 @dataclass
@@ -442,6 +446,11 @@ class LearnerConfig:
     call_timeout_s: float = 600.0
     """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
     timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    call_timeout_factor: float = 4.0
+    """An update's tighter deadline: this many times the median of the recent updates' seconds, within
+    [`min_call_timeout_s`, `call_timeout_s`] (the first update after a start gets `call_timeout_s`); 0: off."""
+    min_call_timeout_s: float = 30.0
+    """Floor of the update's tighter deadline (`call_timeout_factor`), in seconds."""
     durable_weights: bool = True
     """Also write every version rank 0 publishes to RUN_DIR/weights (the newest train.max_policy_lag + 2 kept), so a
     policy replica that cannot fetch it from the object store (the node holding it was lost) reads it there

@@ -40,6 +40,7 @@ from mmrag.training.component_level import train_component_level
 from mmrag.training.inputs import check_training_inputs
 from mmrag.training.local import train_local
 from mmrag.training.loop import train
+from mmrag.training.reward_guard import RewardServiceFailed
 from mmrag.training.trackers import require_trackers
 from mmrag.pipelines.options import add_config_options, config_from_args, exit_config_error, run_main
 
@@ -126,6 +127,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)")
 
 
+def _train(cfg: Config, args: argparse.Namespace, progress: bool, stop: StopSignals) -> dict:
+    """Component-level, or the loop distributed (its Ray started here, so that the stop handlers follow it) or in
+    this process."""
+    if cfg.train.method == "component-level":
+        return train_component_level(cfg, progress=progress, device=args.device, stop=stop)
+    if cfg.train.mode == "distributed":
+        with contextlib.ExitStack() as ray_session:
+            if connect(cfg.ray.address, cfg.ray.num_cpus):
+                ray_session.callback(ray.shutdown)
+            stop.install()  # after ray.init, whose SIGTERM handler replaced this one
+            return train_distributed(cfg, resume=args.resume, progress=progress, stop=stop)
+    return train_local(cfg, resume=args.resume, progress=progress, device=args.device, stop=stop)
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     try:
@@ -150,20 +165,14 @@ def run(args: argparse.Namespace) -> int:
             return 2
     stop = StopSignals(cfg.train.preemption_grace_s)
     stop.install()
-    if cfg.train.method == "component-level":
-        summary = train_component_level(cfg, progress=progress, device=args.device, stop=stop)
-    elif cfg.train.mode == "distributed":
-        with contextlib.ExitStack() as ray_session:
-            if connect(cfg.ray.address, cfg.ray.num_cpus):
-                ray_session.callback(ray.shutdown)
-            stop.install()  # after ray.init, whose SIGTERM handler replaced this one
-            try:
-                summary = train_distributed(cfg, resume=args.resume, progress=progress, stop=stop)
-            except PlanDoesNotFit as exc:
-                print(f"train: does not fit: {exc}", file=sys.stderr)
-                return 2
-    else:
-        summary = train_local(cfg, resume=args.resume, progress=progress, device=args.device, stop=stop)
+    try:
+        summary = _train(cfg, args, progress, stop)
+    except PlanDoesNotFit as exc:
+        print(f"train: does not fit: {exc}", file=sys.stderr)
+        return 2
+    except RewardServiceFailed as exc:
+        print(f"train: {exc}", file=sys.stderr)
+        return 1
     print(f"run directory: {summary['run_dir']}")
     if summary["preempted_at"] is not None:
         print(f"stopped by {stop.received} at step {summary['preempted_at']} (checkpointed); continue with --resume")
