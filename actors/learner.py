@@ -43,6 +43,7 @@ from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
+from mmrag.training.published_weights import state_digest
 from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
 
 DEAD_PEER_GRACE_S = 10.0
@@ -91,7 +92,7 @@ class LearnerRank:
         """(translator, reranker, {"publish_id", "durable"}) on rank 0: the trainable weights, their id and where
         they were also written (None without `learner.durable_weights`); (None, None, {...}) on the others."""
         weights, published = self.worker.publish()
-        return *(weights or (None, None)), published
+        return *(weights or (None, None)), {**published, "digests": self._digests(weights)}
 
     def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
         """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
@@ -112,7 +113,14 @@ class LearnerRank:
     def update(self, roots: list[Node]) -> tuple:
         """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
         record, weights = self.worker.update(fetch_hits_rows(roots))
-        return record, *(weights or (None, None))
+        return {**record, "digests": self._digests(weights)}, *(weights or (None, None))
+
+    def _digests(self, weights: tuple | None) -> dict | None:
+        """Rank 0, every `learner.sync_check_every` versions: what the replicas check they installed."""
+        every = self.worker.cfg.learner.sync_check_every
+        if weights is None or not every or self.worker.version % every:
+            return None
+        return {component: state_digest(state) for component, state in zip(("translator", "reranker"), weights)}
 
     def save(self, directory: str) -> None:
         self.worker.save(directory)
@@ -218,7 +226,7 @@ class GroupUpdate:
         self.group.updated(time.monotonic() - self.started)
         record = records[0]
         weights = Weights(record["version"], *self.weight_refs, publish_id=record["publish_id"],
-                          durable=record["durable"])
+                          durable=record["durable"], digests=record["digests"])
         update = LearnerUpdate(record["version"], record["losses"], record["seconds"], weights, record["rollouts"])
         self.group.version, self.group.published = update.version, weights
         self.group.broadcast(weights)

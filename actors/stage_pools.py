@@ -291,7 +291,7 @@ class ActorPools:
                 raise ValueError(f"{component} weights of version {weights.version}: the Ray stages need the "
                                  "published state (a learner that trains in place only serves in-process stages)")
             refs = () if state is None else (state if isinstance(state, ray.ObjectRef) else ray.put(state),)
-            self.policy[component] = PolicyWeights.of(weights, component, refs)
+            self.policy[component] = PolicyWeights.of(weights, component, refs, self.cfg.learner.sync_check_tolerance)
 
     def translate(self, table, n: int, seed: int):
         return self._run("translate", self._shared(table), n, seed)

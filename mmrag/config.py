@@ -462,6 +462,11 @@ class LearnerConfig:
     store stays the fallback of a replica that missed it). Measured with LoRA off in benchmarks/weight_sync.py."""
     sync_bucket_mb: int = 256
     """Bucket size of the "broadcast" weight sync."""
+    sync_check_every: NonNegativeInt = 1
+    """Every this many versions, each policy replica checks the weights it installed against the learner's digest
+    of them (per-tensor sums), reinstalling from the run's storage past `sync_check_tolerance`; 0: never."""
+    sync_check_tolerance: float = 1e-6
+    """Largest relative difference of a tensor's digest between learner and replica taken as the same weights."""
     sync_timeout_s: float = 60.0
     """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
     a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""

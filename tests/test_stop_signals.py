@@ -38,7 +38,7 @@ def _command(tiny_config, tmp_path: Path, *overrides: str) -> list[str]:
             "--no-progress"]
 
 
-def _wait_for_a_step(run_dir: Path, running, timeout_s: float = 300) -> None:
+def _wait_for_a_step(run_dir: Path, running, timeout_s: float = 900) -> None:
     """Until the run has logged a step; `running()` false first fails the test."""
     deadline = time.monotonic() + timeout_s
     metrics = run_dir / "metrics.jsonl"
@@ -55,7 +55,7 @@ def _assert_stopped_at_a_checkpointed_boundary(run_dir: Path) -> int:
 
 
 def test_resume_with_no_checkpoint_fails_in_one_line_before_ray_starts(tiny_config, tmp_path):
-    done = subprocess.run([*_command(tiny_config, tmp_path), "--resume"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*_command(tiny_config, tmp_path), "--resume"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"train: --resume: no checkpoint under {tmp_path / 'run' / 'checkpoints'} (train.run_dir); "
