@@ -77,7 +77,9 @@ BACKOFF_S = 0.25
 a call sent to a replica Ray is restarting waits in Ray's queue for it, so short waits suffice)."""
 MAX_BACKOFF_S = 4.0
 OUTAGE_CAUSES = {"died": "died (Ray reported the actor dead or restarting)",
-                 "hung": "hung (a call passed its deadline)", "slow": "slow (a hedge on another replica answered first)"}
+                 "hung": "hung (a call passed its deadline)",
+                 "slow": "slow (a hedge on another replica answered first)"}
+"""How an outage's line words its cause (`OutageLog`'s causes)."""
 PROBE_GROUP = "probe"
 """The concurrency group of a replica's liveness probe (`probed`): a thread of its own beside its calls'."""
 
@@ -205,8 +207,9 @@ class ReplicaPool:
         """`replica` answered: its outage, if one was open, ends."""
         outage = self.outages.answered(replica)
         if outage is not None:
-            self.faults.record("restart", f"replica {replica} answers again {outage.answered_again - outage.noticed:.1f} "
-                                          f"s after it was noticed {outage.cause} ({outage.calls_lost} calls lost)")
+            seconds = outage.answered_again - outage.noticed
+            self.faults.record("restart", f"replica {replica} answers again {seconds:.1f} s after it was noticed "
+                                          f"{outage.cause} ({outage.calls_lost} calls lost)")
 
     def _outage(self, replica: int, cause: str, call_sent: float | None) -> None:
         """A call to `replica` was lost to `cause`; a new outage is reported."""

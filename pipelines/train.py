@@ -11,10 +11,10 @@ RUN_DIR/checkpoints/latest; `--resume-if-present` (train.resume=auto) does so on
 so a job retried after its driver died resumes. RUN_DIR may be a path or s3:// / gs:// (`mmrag.storage`).
 SIGTERM (what Kubernetes and Slurm send before they reclaim a node, and `ray job stop`) or Ctrl-C checkpoints at
 the next step boundary and exits 0 (`train.preemption_grace_s`); a second Ctrl-C exits at once. `ray job stop` sends
-SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head sets it): set it to the grace on the head. Expects the dataset (`mmrag synth`) and the index (`mmrag index`)
-of the config; tiny `zoo:` models are built on first use. Writes RUN_DIR/metrics.jsonl,
-TensorBoard events under RUN_DIR/tensorboard, checkpoints, and the trained components under
-RUN_DIR/export.
+SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head sets it): set it to the grace on the head. Expects the
+dataset (`mmrag synth`) and the index (`mmrag index`) of the config; tiny `zoo:` models are built on first use.
+Writes RUN_DIR/metrics.jsonl, TensorBoard events under RUN_DIR/tensorboard, checkpoints, and the trained components
+under RUN_DIR/export.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ def test_a_replica_dying_mid_call_logs_its_outage_the_standby_promoted_and_the_c
     drive_until_settled(pool, call)
     assert call.value == 7
     lines = _warnings(caplog)
-    assert [line.split(":")[0] for line in lines] == ["answer pool outage", "answer pool promotion", "answer pool resend"]
+    assert [line.split(":")[0] for line in lines] == ["answer pool outage", "answer pool promotion",
+                                                      "answer pool resend"]
     assert lines[1] == "answer pool promotion: standby replica 1 serves in place of replica 0"
     assert lines[2].startswith("answer pool resend: echo call re-sent (re-send 1) after replica 0: "), lines[2]
     assert pool.faults.counts == {"outage": 1, "promotion": 1, "resend": 1}

@@ -115,8 +115,8 @@ def test_ray_job_stop_checkpoints_a_submitted_run_at_the_next_step(tiny_config, 
         head.wait_ready(timeout_s=90)
         cfg = tiny_config(tmp_path / "run")
         submit = [str(RAY_BIN), "job", "submit", "--address", head.dashboard, "--submission-id", "stop-test",
-                  "--no-wait", "--working-dir", str(ROOT), "--runtime-env-json", json.dumps(runtime_env(cfg, str(ROOT))),
-                  "--", *command]
+                  "--no-wait", "--working-dir", str(ROOT),
+                  "--runtime-env-json", json.dumps(runtime_env(cfg, str(ROOT))), "--", *command]
         submitted = head.submit(submit, timeout_s=120)
         assert submitted.returncode == 0, submitted.stderr[-3000:]
 
@@ -124,7 +124,8 @@ def test_ray_job_stop_checkpoints_a_submitted_run_at_the_next_step(tiny_config, 
             return subprocess.run([str(RAY_BIN), "job", *action, "--address", head.dashboard, "stop-test"],
                                   env=head.env, capture_output=True, text=True, timeout=120)
 
-        _wait_for_a_step(tmp_path / "run", lambda: any(state in job("status").stdout for state in ("PENDING", "RUNNING")))
+        _wait_for_a_step(tmp_path / "run",
+                         lambda: any(state in job("status").stdout for state in ("PENDING", "RUNNING")))
         stopped = job("stop")
         assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
         logs = job("logs").stdout
