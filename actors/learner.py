@@ -162,15 +162,16 @@ def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: li
 def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float, waiting_for: str = "",
                    setting: str = "learner.call_timeout_s", started: float | None = None) -> list:
     """Each rank's result of one call (refs in rank order, sent at `started`, default now), raising
-    `LearnerRankError` as soon as one rank fails, or when `timeout` (the config's `setting`) passes: a hung rank
-    counts as lost (`waiting_for` says on what). A failure is reported (`mmrag.actors.faults`) before it is raised.
+    `LearnerRankError` as soon as one rank fails, or when `timeout` (the config's `setting`) has passed since
+    `started`: a hung rank counts as lost (`waiting_for` says on what). A failure is reported
+    (`mmrag.actors.faults`) before it is raised.
 
     Waits on all ranks at once: the others may be blocked in a collective with the failed one.
     """
     started = time.monotonic() if started is None else started
     rank_of = {ref: rank for rank, ref in enumerate(refs)}
     results, pending = [None] * len(refs), list(refs)
-    deadline = time.monotonic() + timeout
+    deadline = started + timeout
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
