@@ -8,9 +8,9 @@ after `--stop-s`) of one process drawn among every stage actor and learner rank,
 `--resume`. Reports faults injected and survived (the run ended with exit 0 and every step's ledger check passed),
 rollouts lost (the ledger's failed batches; target 0), whether the trained rollout numbers are 1..N each once (as a
 calm run trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and
-the driver's RSS growth from the first to the last quarter of each run (target within 10 %). A whole worker node
-lost is not simulated here (one machine: tests/test_node_loss.py covers it). Writes its section of
-benchmarks/RESULTS.md and benchmarks/results/soak.json.
+the driver's RSS growth from the first to the last quarter of each run once it trains (target within 10 %). A
+whole worker node lost is not simulated here (one machine: tests/test_node_loss.py covers it). Writes its section
+of benchmarks/RESULTS.md and benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -101,29 +101,49 @@ def _fault(run: Run, rng: random.Random, stop_s: float, faults: Counter) -> None
 def soak(command: list[str], run_dir: Path, seconds: float, faults_every: tuple[float, float] | None,
          stop_s: float, seed: int) -> dict:
     """Run for `seconds`; with `faults_every`, a fault at each draw from that interval and a SIGTERM + --resume
-    half-way."""
+    half-way. A SIGTERM waits until the driver has logged a step since it started (one still starting has nothing
+    to checkpoint and may not yet answer the signal), at most `seconds` more."""
     run, rng, faults = Run(command, run_dir.with_suffix(".log")), random.Random(seed), Counter()
+    try:
+        _drive(run, run_dir, seconds, faults_every, stop_s, rng, faults)
+    finally:
+        if run.process is not None and run.process.poll() is None:  # the benchmark failed: leave no driver
+            run.process.kill()
+            run.process.wait()
+    return _figures(run, run_dir, faults)
+
+
+def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, float] | None, stop_s: float,
+           rng: random.Random, faults: Counter) -> None:
     run.start()
     start = time.monotonic()
     next_fault = start + (rng.uniform(*faults_every) if faults_every else float("inf"))
     resumed = faults_every is None
-    while time.monotonic() - start < seconds:
+    steps_at_start = 0
+    while True:
         time.sleep(RSS_POLL_S)
         if run.process.poll() is not None:
             run.exit_codes.append(run.process.returncode)
             break
-        run.sample_rss()
-        if not resumed and time.monotonic() - start >= seconds / 2:
+        now, stepped = time.monotonic(), _steps_logged(run_dir) > steps_at_start
+        if stepped:  # the driver's memory once it trains (start-up loads models and imports first)
+            run.sample_rss()
+        if now - start >= seconds and (stepped or now - start >= 2 * seconds):
+            run.stop()
+            break
+        if not resumed and now - start >= seconds / 2 and stepped:
             run.stop()
             faults["driver SIGTERM + --resume"] += 1
+            steps_at_start = _steps_logged(run_dir)
             run.start("--resume")
             resumed = True
-        if time.monotonic() >= next_fault:
+        if now >= next_fault:
             _fault(run, rng, stop_s, faults)
             next_fault = time.monotonic() + rng.uniform(*faults_every)
-    else:
-        run.stop()
-    records = step_records(run_dir)
+
+
+def _figures(run: Run, run_dir: Path, faults: Counter) -> dict:
+    records = step_records(run_dir) if _steps_logged(run_dir) else []
     final = records[-1] if records else {"ledger": {"failed": 0}}
     stepping = sum(r["step_seconds"] for r in records)
     trained = [r["rollout"] for r in records]
@@ -135,6 +155,10 @@ def soak(command: list[str], run_dir: Path, seconds: float, faults_every: tuple[
             "rollouts_lost": final["ledger"]["failed"], "trained_rollouts_in_order": _contiguous(records),
             "trained_rollouts": len(trained), "rss_growth": growth,
             "survived": all(code == 0 for code in run.exit_codes) and bool(records)}
+
+
+def _steps_logged(run_dir: Path) -> int:
+    return len(step_records(run_dir)) if (run_dir / "metrics.jsonl").is_file() else 0
 
 
 def _contiguous(records: list[dict]) -> bool:
