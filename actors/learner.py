@@ -10,7 +10,9 @@ them to the run's storage, whose URI the record carries, so losing rank 0's node
 `learner.weight_sync: broadcast` it then sends them to the attached policy replicas, `mmrag.actors.weight_sync`),
 `save`, `load`, `export`. A failing rank fails the call at once, naming the rank, and so does a rank that
 has not answered within `learner.call_timeout_s` (hung: a wedged device call, a stuck collective, a stopped
-process); the process group itself is built with that timeout, so a collective broken by
+process), an update within `learner.call_timeout_factor` times the recent updates' median once the group has
+answered one (`mmrag.actors.deadlines`); each failure logs one line (`mmrag.actors.faults`). The process group
+itself is built with `learner.call_timeout_s`, so a collective broken by
 a dead peer fails on the survivors too. A process group cannot take a rank
 back, so `restart` replaces the whole group and restores a checkpoint, taking as its ranks the
 `learner.spare_ranks` processes started ahead (`mmrag.actors.rank_processes`). The ranks are one placement group
@@ -30,6 +32,8 @@ from ray.exceptions import RayActorError, RayError
 
 from ray.util.placement_group import remove_placement_group
 
+from mmrag.actors.deadlines import RecentAnswers
+from mmrag.actors.faults import report_fault
 from mmrag.actors.owned_cpus import use_actor_cpus
 from mmrag.actors.placement import in_bundle, reserve
 from mmrag.actors.rank_processes import RankProcesses, error_of
@@ -40,6 +44,7 @@ from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
+from mmrag.training.published_weights import state_digest
 from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
 
 DEAD_PEER_GRACE_S = 10.0
@@ -89,7 +94,7 @@ class LearnerRank:
         """(translator, reranker, {"publish_id", "durable"}) on rank 0: the trainable weights, their id and where
         they were also written (None without `learner.durable_weights`); (None, None, {...}) on the others."""
         weights, published = self.worker.publish()
-        return *(weights or (None, None)), published
+        return *(weights or (None, None)), {**published, "digests": self._digests(weights)}
 
     def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
         """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
@@ -110,7 +115,14 @@ class LearnerRank:
     def update(self, roots: list[Node]) -> tuple:
         """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
         record, weights = self.worker.update(fetch_hits_rows(roots))
-        return record, *(weights or (None, None))
+        return {**record, "digests": self._digests(weights)}, *(weights or (None, None))
+
+    def _digests(self, weights: tuple | None) -> dict | None:
+        """Rank 0, every `learner.sync_check_every` versions: what the replicas check they installed."""
+        every = self.worker.cfg.learner.sync_check_every
+        if weights is None or not every or self.worker.version % every:
+            return None
+        return {component: state_digest(state) for component, state in zip(("translator", "reranker"), weights)}
 
     def save(self, directory: str) -> None:
         self.worker.save(directory)
@@ -150,27 +162,39 @@ def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: li
 
 
 def wait_for_ranks(refs: list[ray.ObjectRef], what: str, timeout: float, waiting_for: str = "",
-                   setting: str = "learner.call_timeout_s") -> list:
-    """Each rank's result of one call (refs in rank order), raising `LearnerRankError` as soon as one rank fails,
-    or when `timeout` (the config's `setting`) passes: a hung rank counts as lost (`waiting_for` says on what).
+                   setting: str = "learner.call_timeout_s", started: float | None = None) -> list:
+    """Each rank's result of one call (refs in rank order, sent at `started`, default now), raising
+    `LearnerRankError` as soon as one rank fails, or when `timeout` (the config's `setting`) has passed since
+    `started`: a hung rank counts as lost (`waiting_for` says on what). A failure is reported
+    (`mmrag.actors.faults`) before it is raised.
 
     Waits on all ranks at once: the others may be blocked in a collective with the failed one.
     """
+    started = time.monotonic() if started is None else started
     rank_of = {ref: rank for rank, ref in enumerate(refs)}
     results, pending = [None] * len(refs), list(refs)
-    deadline = time.monotonic() + timeout
+    deadline = started + timeout
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
         if not ready:
             late = ", ".join(str(rank_of[ref]) for ref in pending)
-            raise LearnerRankError(rank_of[pending[0]], f"learner rank {late} did not finish {what} within "
-                                                        f"{timeout:g} s ({setting}){': ' if waiting_for else ''}"
-                                                        f"{waiting_for}")
+            failure = LearnerRankError(rank_of[pending[0]], f"learner rank {late} did not finish {what} within "
+                                                            f"{timeout:g} s ({setting}){': ' if waiting_for else ''}"
+                                                            f"{waiting_for}")
+            _report(failure, what, started)
+            raise failure
         try:
             results[rank_of[ready[0]]] = ray.get(ready[0])
         except RayError as error:
-            raise _rank_failure(rank_of, ready[0], error, pending, what) from error
+            failure = _rank_failure(rank_of, ready[0], error, pending, what)
+            _report(failure, what, started)
+            raise failure from error
     return results
+
+
+def _report(failure: LearnerRankError, what: str, started: float) -> None:
+    report_fault("learner group", "learner_fault", f"rank {failure.rank}, {time.monotonic() - started:.1f} s into "
+                                                   f"{what}: {failure}")
 
 
 @dataclass
@@ -182,8 +206,14 @@ class GroupUpdate:
     """Each rank's record of the update, in rank order."""
     weight_refs: tuple
     """Rank 0's (translator, reranker) weights of the new version."""
-    deadline: float
-    """`time.monotonic()` past which a rank still updating counts as hung (`learner.call_timeout_s`)."""
+    started: float
+    """When it was sent (`time.monotonic()`)."""
+    timeout_s: float
+    """Seconds after `started` past which a rank still updating counts as hung (`LearnerGroup.update_timeout_s`)."""
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.timeout_s
 
     def done(self) -> bool:
         """Every rank finished, or one failed (noticed at once: the others may wait in a collective for it), or the
@@ -193,9 +223,13 @@ class GroupUpdate:
                 or time.monotonic() >= self.deadline)
 
     def result(self) -> LearnerUpdate:
-        record = wait_for_ranks(self.futures, "update", max(0.0, self.deadline - time.monotonic()))[0]
+        records = wait_for_ranks(self.futures, "update", self.timeout_s, started=self.started,
+                                 setting="learner.call_timeout_factor x the median recent update, within "
+                                         "[learner.min_call_timeout_s, learner.call_timeout_s]")
+        self.group.updated(time.monotonic() - self.started)
+        record = records[0]
         weights = Weights(record["version"], *self.weight_refs, publish_id=record["publish_id"],
-                          durable=record["durable"])
+                          durable=record["durable"], digests=record["digests"])
         update = LearnerUpdate(record["version"], record["losses"], record["seconds"], weights, record["rollouts"])
         self.group.version, self.group.published = update.version, weights
         self.group.broadcast(weights)
@@ -215,6 +249,11 @@ class LearnerGroup:
         self.processes = RankProcesses(self._new_rank, self.world_size + cfg.learner.spare_ranks)
         self.sync: WeightBroadcast | None = None
         """The policy replicas versions are broadcast to (`attach_policy_replicas`), if any."""
+        learner = cfg.learner
+        self.recent_updates = RecentAnswers(learner.call_timeout_s, learner.call_timeout_factor,
+                                            learner.min_call_timeout_s)
+        self.answered_update = False
+        """Whether the current ranks have answered an update (then it gets the tighter deadline)."""
         check_placeable(cfg)
         # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
         self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
@@ -287,8 +326,18 @@ class LearnerGroup:
         """Start one optimiser step on every rank; returns at once."""
         batch = ray.put(roots)
         calls = [rank.update.remote(batch) for rank in self.ranks]
-        return GroupUpdate(self, [record for record, _, _ in calls], tuple(calls[0][1:]),
-                           time.monotonic() + self.cfg.learner.call_timeout_s)
+        return GroupUpdate(self, [record for record, _, _ in calls], tuple(calls[0][1:]), time.monotonic(),
+                           self.update_timeout_s())
+
+    def update_timeout_s(self) -> float:
+        """An update's deadline: from the recent updates' seconds once this group has answered one (its first may
+        be slow: warm-up), else `learner.call_timeout_s`."""
+        return self.recent_updates.deadline() if self.answered_update else self.cfg.learner.call_timeout_s
+
+    def updated(self, seconds: float) -> None:
+        """An update answered after `seconds` (from its sending to the driver reading it)."""
+        self.recent_updates.add(seconds)
+        self.answered_update = True
 
     def _on_every_rank(self, method: str, *args) -> list:
         return wait_for_ranks([getattr(rank, method).remote(*args) for rank in self.ranks], method,
@@ -308,6 +357,7 @@ class LearnerGroup:
         """Replace every rank by a spare (`learner.spare_ranks`) or a new process (a new process group, in the same
         placement group) and restore `checkpoint_dir`, else start over."""
         self._stop_ranks()
+        self.answered_update = False
         if self.sync is not None:
             self.sync.reset()  # its sender was rank 0
         self._start(checkpoint_dir)

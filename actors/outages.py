@@ -37,13 +37,16 @@ class OutageLog:
         self.closed: list[Outage] = []
         self.open: dict[int, Outage] = {}
 
-    def lost(self, replica: int, cause: str, call_sent: float | None) -> None:
-        """A call to `replica` was lost (sent at `call_sent`; None: not a call): open its outage or add to it."""
+    def lost(self, replica: int, cause: str, call_sent: float | None) -> bool:
+        """A call to `replica` was lost (sent at `call_sent`; None: not a call): open its outage or add to it.
+        Whether this opened one."""
         now = time.monotonic()
+        opened = replica not in self.open
         outage = self.open.setdefault(replica, Outage(self.pool, replica, cause, now))
         if call_sent is not None:
             outage.calls_lost += 1
             outage.work_lost_s += now - call_sent
+        return opened
 
     def replaced(self, replica: int) -> None:
         """A standby serves in `replica`'s place (within its open outage, if any)."""
@@ -51,11 +54,13 @@ class OutageLog:
         if outage and outage.promoted is None:
             outage.promoted = time.monotonic()
 
-    def answered(self, replica: int) -> None:
+    def answered(self, replica: int) -> Outage | None:
+        """`replica` answered: the outage this closed, if it had one open."""
         outage = self.open.pop(replica, None)
         if outage:
             outage.answered_again = time.monotonic()
             self.closed.append(outage)
+        return outage
 
     def records(self) -> list[dict]:
         """Every outage, closed ones first, as plain dicts."""

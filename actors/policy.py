@@ -15,18 +15,23 @@ broadcasts it to the replica's sync group (`mmrag.actors.weight_sync`), and the 
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import ray
 from ray.exceptions import ObjectLostError
+from ray.util import metrics
 
-from mmrag.training.published_weights import component_file, read_published
+from mmrag.training.published_weights import component_file, largest_difference, read_published, state_digest
 from mmrag.training.weight_broadcast import join_sync_group, receive_state
 
 if TYPE_CHECKING:  # a policy replica never builds a learner: its module imports every trainable model
     from mmrag.training.learner import Weights
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,21 @@ class PolicyWeights:
     durable: str | None = None
     """The same state dict's file in the run's storage (`mmrag.training.published_weights.component_file`), if
     the learner wrote one: read when the object store lost the reference's value."""
+    digest: dict | None = None
+    """The learner's `state_digest` of this state dict (`learner.sync_check_every`): checked after installing."""
+    tolerance: float = 0.0
+    """`learner.sync_check_tolerance`."""
 
     @classmethod
-    def of(cls, weights: Weights, component: str, refs: tuple) -> PolicyWeights:
+    def of(cls, weights: Weights, component: str, refs: tuple, tolerance: float = 0.0) -> PolicyWeights:
         """What calls of `component`'s replicas carry for `weights`, its state dict in the object store at `refs`."""
         durable = None if weights.durable is None else component_file(weights.durable, component)
-        return cls(weights.version, refs, weights.generation, weights.publish_id, durable)
+        digest = None if weights.digests is None else weights.digests[component]
+        return cls(weights.version, refs, weights.generation, weights.publish_id, durable, digest, tolerance)
+
+    @property
+    def id(self) -> str:
+        return f"{self.generation}.{self.version}"
 
     def fetch(self) -> dict:
         """The state dict: from the object store, else (the node holding it lost) from the run's storage."""
@@ -82,8 +96,11 @@ class InstalledVersion:
         """Whether `weights` differ from the ones held: any other id, an older or repeated version included."""
         return (weights.generation, weights.version) != self.held
 
-    def ensure(self, weights: PolicyWeights, load: Callable[[dict], None]) -> int:
-        """Install `weights` with `load` unless this replica already holds them; the version held.
+    def ensure(self, weights: PolicyWeights, load: Callable[[dict], None],
+               installed: Callable[[], dict] | None = None) -> int:
+        """Install `weights` with `load` unless this replica already holds them; the version held. With a digest
+        (`learner.sync_check_every`) and `installed` (the trainable state dict now held), check what was
+        installed (`check_installed`).
 
         Id 0.0 without a reference means the initial weights, which every replica loads itself.
         """
@@ -95,4 +112,43 @@ class InstalledVersion:
             elif (weights.generation, weights.version) != (0, 0):
                 raise ValueError(f"policy weights {weights.generation}.{weights.version} came without a reference")
             self.held, self.received = (weights.generation, weights.version), None
+            if weights.digest is not None and installed is not None:
+                check_installed(weights, load, installed)
         return weights.version
+
+
+class WeightSyncMismatch(RuntimeError):
+    """A replica's installed weights differ from the learner's, even reinstalled from the run's storage."""
+
+
+def check_installed(weights: PolicyWeights, load: Callable[[dict], None], installed: Callable[[], dict]) -> float:
+    """Compare the installed state's digest with the learner's; past the tolerance, reinstall from the run's
+    storage and compare again; still past it, raise `WeightSyncMismatch` naming the version and the tensor. The
+    difference (also the Ray metric `mmrag_weight_sync_difference`)."""
+    tensor, difference = largest_difference(weights.digest, state_digest(installed()))
+    _record(difference)
+    if difference <= weights.tolerance:
+        return difference
+    log.warning("policy weights %s: installed tensor %s differs from the learner's by %.3g (learner.sync_check_"
+                "tolerance %g); reinstalling from %s", weights.id, tensor, difference, weights.tolerance,
+                weights.durable or "nowhere (learner.durable_weights is off)")
+    if weights.durable is not None:
+        load(read_published(weights.durable))
+        tensor, difference = largest_difference(weights.digest, state_digest(installed()))
+        _record(difference)
+        if difference <= weights.tolerance:
+            return difference
+    raise WeightSyncMismatch(f"policy weights {weights.id}: tensor {tensor} differs from the learner's by "
+                             f"{difference:.3g} (learner.sync_check_tolerance {weights.tolerance:g}) after "
+                             f"reinstalling from the run's storage ({weights.durable})")
+
+
+@functools.cache
+def _difference_metric() -> metrics.Gauge:
+    return metrics.Gauge("mmrag_weight_sync_difference",
+                         description="Largest relative difference of a tensor's digest, replica against learner")
+
+
+def _record(difference: float) -> None:
+    if ray.is_initialized():  # a replica is an actor; a test checks a state in its own process
+        _difference_metric().set(difference)

@@ -53,9 +53,7 @@ replica does.
 from __future__ import annotations
 
 import math
-import statistics
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +61,8 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnavailableError, ObjectLostError, RayActorError, RayTaskError
 
+from mmrag.actors.deadlines import RecentAnswers
+from mmrag.actors.faults import FaultLog
 from mmrag.actors.outages import OutageLog
 from mmrag.actors.roster import Roster
 
@@ -76,8 +76,10 @@ BACKOFF_S = 0.25
 """First wait before re-sending a call when every replica of its pool has just lost one (doubling per re-send;
 a call sent to a replica Ray is restarting waits in Ray's queue for it, so short waits suffice)."""
 MAX_BACKOFF_S = 4.0
-RECENT_ANSWERS = 32
-"""Answer times a pool keeps for its tighter deadline (`timeout_factor`)."""
+OUTAGE_CAUSES = {"died": "died (Ray reported the actor dead or restarting)",
+                 "hung": "hung (a call passed its deadline)",
+                 "slow": "slow (a hedge on another replica answered first)"}
+"""How an outage's line words its cause (`OutageLog`'s causes)."""
 PROBE_GROUP = "probe"
 """The concurrency group of a replica's liveness probe (`probed`): a thread of its own beside its calls'."""
 
@@ -105,10 +107,10 @@ class ReplicaPool:
             raise ValueError(f"pools.probe_timeout_s: expected >= 0, got {probe_timeout_s}")
         self.name, self.actors = name, actors
         self.calls_per_replica, self.retries, self.deadline_s = calls_per_replica, retries, deadline_s
-        self.timeout_factor, self.min_timeout_s, self.hedge_factor = timeout_factor, min_timeout_s, hedge_factor
+        self.hedge_factor = hedge_factor
         self.probe_timeout_s = probe_timeout_s
-        self.answer_seconds: deque[float] = deque(maxlen=RECENT_ANSWERS)
-        """Dispatch-to-answer seconds of the pool's latest calls."""
+        self.recent = RecentAnswers(deadline_s, timeout_factor, min_timeout_s)
+        """Dispatch-to-answer seconds of the pool's latest calls: the tight deadline (`mmrag.actors.deadlines`)."""
         self.started = [False] * len(actors)
         """Whether each replica has answered since it (re)started (then it gets the tighter deadline)."""
         self.in_flight = [0] * len(actors)
@@ -125,6 +127,7 @@ class ReplicaPool:
         self.promoted = 0
         """Standbys that took a lost or hung replica's place."""
         self.outages = OutageLog(name)
+        self.faults = FaultLog(f"{name} pool")
 
     def serving(self) -> list[int]:
         """The replicas calls go to (all of them when every one is out: a call must go somewhere)."""
@@ -143,19 +146,15 @@ class ReplicaPool:
 
     def deadline_for(self, replica: int) -> float:
         """Seconds a call to `replica` may take before it counts as hung."""
-        if not (self.timeout_factor and self.started[replica] and self.answer_seconds):
-            return self.deadline_s
-        # The median, not the slowest: one slow answer (a loaded moment) would hold the deadline up for the next 32
-        # calls, and a call past the deadline only costs a probe when its replica is merely busy.
-        return min(self.deadline_s, max(self.min_timeout_s,
-                                        self.timeout_factor * statistics.median(self.answer_seconds)))
+        # A call past the tight deadline only costs a probe when its replica is merely busy.
+        return self.recent.deadline() if self.started[replica] else self.deadline_s
 
     def hedge_after(self, replica: int) -> float:
         """Seconds after which a call to `replica` is sent to a second replica too (inf: never; a pool of one, no
         answers yet, or a replica still starting, whose first call waits for its model)."""
-        if not (self.hedge_factor and self.started[replica] and self.answer_seconds and len(self.serving()) > 1):
+        if not (self.hedge_factor and self.started[replica] and self.recent and len(self.serving()) > 1):
             return math.inf
-        return self.hedge_factor * statistics.median(self.answer_seconds)
+        return self.hedge_factor * self.recent.median()
 
     def hedge_replica(self, busy: int) -> int | None:
         """Where to send a hedge of a call that `busy` holds: the least busy other serving replica with room that
@@ -199,10 +198,24 @@ class ReplicaPool:
         return now - attempt.sent >= self.deadline_s
 
     def answered(self, replica: int, seconds: float) -> None:
-        self.answer_seconds.append(seconds)
+        self.recent.add(seconds)
         self.started[replica] = True
         self.timeouts_in_a_row[replica] = 0
-        self.outages.answered(replica)
+        self._back(replica)
+
+    def _back(self, replica: int) -> None:
+        """`replica` answered: its outage, if one was open, ends."""
+        outage = self.outages.answered(replica)
+        if outage is not None:
+            seconds = outage.answered_again - outage.noticed
+            self.faults.record("restart", f"replica {replica} answers again {seconds:.1f} s after it was noticed "
+                                          f"{outage.cause} ({outage.calls_lost} calls lost)")
+
+    def _outage(self, replica: int, cause: str, call_sent: float | None) -> None:
+        """A call to `replica` was lost to `cause`; a new outage is reported."""
+        if self.outages.lost(replica, cause, call_sent):
+            into = "" if call_sent is None else f", {time.monotonic() - call_sent:.1f} s into its call"
+            self.faults.record("outage", f"replica {replica} {OUTAGE_CAUSES[cause]}{into}")
 
     def lost(self, replica: int, call_sent: float | None = None, cause: str = "died") -> None:
         """`replica` died or was killed (losing a call sent at `call_sent`): avoid it for a while; it is starting
@@ -210,15 +223,17 @@ class ReplicaPool:
         in its place, or, none loaded (a second fault within a restart), the first replica back does."""
         self._avoid(replica, SUSPECT_SECONDS)
         self.started[replica] = False
-        self.outages.lost(replica, cause, call_sent)
+        self._outage(replica, cause, call_sent)
         if len(self.actors) > self.roster.target and replica not in self.roster.out:
             self._take_out(replica)
 
     def _take_out(self, replica: int) -> None:
         """Out of the pool until its readiness check answers (it joins as a standby if the pool serves in full)."""
-        if self.roster.leave(replica, self.actors[replica].__ray_ready__.remote()) is not None:
+        promoted = self.roster.leave(replica, self.actors[replica].__ray_ready__.remote())
+        if promoted is not None:
             self.promoted += 1
             self.outages.replaced(replica)
+            self.faults.record("promotion", f"standby replica {promoted} serves in place of replica {replica}")
 
     def _avoid(self, replica: int, seconds: float) -> None:
         """Prefer other replicas for `seconds` from now, never ending a longer avoidance sooner (a hung replica's
@@ -237,6 +252,9 @@ class ReplicaPool:
         misses = self.timeouts_in_a_row[replica]
         self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
         ray.kill(self.actors[replica], no_restart=False)  # first, so that a check sent next waits for the restart
+        waited = "" if call_sent is None else f" {time.monotonic() - call_sent:.1f} s after its call was sent"
+        self.faults.record("kill", f"replica {replica} killed as hung (no answer{waited}; {misses} timeouts in a row); "
+                                   "Ray restarts it")
         self.lost(replica, call_sent, cause="hung")
         if misses >= MAX_TIMEOUTS_IN_A_ROW and replica not in self.roster.out:
             self._take_out(replica)
@@ -261,7 +279,7 @@ class ReplicaPool:
                 self.roster.join(replica)
                 self.timeouts_in_a_row[replica] = 0
                 if replica in self.roster.standby:  # back, though no call may reach it for a long while
-                    self.outages.answered(replica)
+                    self._back(replica)
 
     def broadcast(self, method: str, *args: Any) -> list:
         """`method(*args)` on every replica, blocking; the results of those that answered (one dead or restarting,
@@ -360,7 +378,7 @@ class Call:
                 pool.stragglers.append(other)
                 if won is not first:  # the first replica is slow or stopped: send its next calls elsewhere
                     pool._avoid(first.replica, SUSPECT_SECONDS)
-                    pool.outages.lost(first.replica, "slow", first.sent)
+                    pool._outage(first.replica, "slow", first.sent)
             else:  # the winner's replica died: the other attempt is the call now
                 pool.lost(won.replica, won.sent)
                 self._take(other)
@@ -428,6 +446,9 @@ class Call:
             return
         self.hedge = self._send(replica)
         pool.hedged += 1
+        pool.faults.record("hedge", f"replica {self.replica} has not answered {self.method} in "
+                                    f"{self.hedge.sent - self.attempt.sent:.1f} s ({pool.hedge_factor:g} x the median "
+                                    f"answer): sent to replica {replica} too")
         self.refs = [self.returned[0], self.hedge.returned[0]]
         self.deadline = min(self.deadline, self.hedge.answer_by)
 
@@ -440,6 +461,8 @@ class Call:
             return
         pool.redispatched += 1
         self.resends += 1
+        pool.faults.record("resend", f"{self.method} call re-sent (re-send {self.resends}) after replica "
+                                     f"{self.replica}: {failure}")
         now = time.monotonic()
         if any(pool.suspect_until[i] <= now for i in pool.serving()):
             self.dispatch(counted)

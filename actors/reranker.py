@@ -35,14 +35,16 @@ class RerankerActor:
                seed: int, weights: PolicyWeights) -> SampledSelections:
         """m selections per query row (`AdaptiveReranker.sample`), drawn with `weights`, from a generator seeded
         with `seed`."""
-        version = self.installed.ensure(weights, self.policy.load_trainable_state_dict)
+        version = self.installed.ensure(weights, self.policy.load_trainable_state_dict,
+                                        self.policy.trainable_state_dict)
         selections, logprobs = sample_selections(self.policy, table, rows, queries, hits, m, seed, self.temperature)
         return SampledSelections(selections, logprobs, version, self.policy.gate is not None)
 
     def greedy(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]],
                weights: PolicyWeights) -> list[Selection]:
         """The inference selection of each query row, with `weights`."""
-        self.installed.ensure(weights, self.policy.load_trainable_state_dict)
+        self.installed.ensure(weights, self.policy.load_trainable_state_dict,
+                              self.policy.trainable_state_dict)
         return greedy_selections(self.policy, table, rows, queries, hits)
 
     def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:

@@ -18,6 +18,7 @@ with the version the driver asks for, including one Ray has just restarted.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 
 import ray
@@ -290,7 +291,7 @@ class ActorPools:
                 raise ValueError(f"{component} weights of version {weights.version}: the Ray stages need the "
                                  "published state (a learner that trains in place only serves in-process stages)")
             refs = () if state is None else (state if isinstance(state, ray.ObjectRef) else ray.put(state),)
-            self.policy[component] = PolicyWeights.of(weights, component, refs)
+            self.policy[component] = PolicyWeights.of(weights, component, refs, self.cfg.learner.sync_check_tolerance)
 
     def translate(self, table, n: int, seed: int):
         return self._run("translate", self._shared(table), n, seed)
@@ -340,6 +341,10 @@ class ActorPools:
     def promoted_standbys(self) -> dict[str, int]:
         """Standbys that took a lost or hung serving replica's place, per pool."""
         return {pool.name: pool.promoted for pool in self._all_pools() if pool.promoted}
+
+    def fault_counts(self) -> dict[str, int]:
+        """Faults of every pool so far, by kind (`mmrag.actors.faults`)."""
+        return dict(sum((pool.faults.counts for pool in self._all_pools()), Counter()))
 
     def outages(self) -> list[dict]:
         """Every replica outage the pools saw (`mmrag.actors.outages.Outage`), pool by pool."""

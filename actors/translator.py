@@ -29,13 +29,15 @@ class TranslatorActor:
 
     def sample(self, table: QuestionTable, n: int, seed: int, weights: PolicyWeights) -> SampledQueries:
         """n queries per question, drawn with `weights` from a generator seeded with `seed`."""
-        version = self.installed.ensure(weights, self.translator.load_trainable_state_dict)
+        version = self.installed.ensure(weights, self.translator.load_trainable_state_dict,
+                                        self.translator.trainable_state_dict)
         queries = sample_queries(self.translator, table, n, seed)
         return SampledQueries(queries, version)
 
     def greedy(self, table: QuestionTable, weights: PolicyWeights) -> list[str]:
         """The inference query of each question, with `weights`."""
-        self.installed.ensure(weights, self.translator.load_trainable_state_dict)
+        self.installed.ensure(weights, self.translator.load_trainable_state_dict,
+                              self.translator.trainable_state_dict)
         return self.translator.greedy(table.images, table.questions)
 
     def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:

@@ -252,6 +252,10 @@ class RewardConfig:
     """RewardActor pool size."""
     num_gpus: float = 0.0
     """GPUs for each reward replica."""
+    min_answered: float = 0.95
+    """Training stops when fewer than this share of the last `guard_window` rewards came back finite."""
+    guard_window: int = 512
+    """Rewards the reward-service guard looks at (their answered share; whether they stopped varying); 0: off."""
 
 
 @dataclass
@@ -366,6 +370,11 @@ class LearnerConfig:
     call_timeout_s: float = 600.0
     """Deadline of every learner call after start-up (update, save, load, export, publishing weights), and the
     timeout of the ranks' process-group collectives: past it a rank counts as hung, and the group is restored."""
+    call_timeout_factor: float = 4.0
+    """An update's tighter deadline: this many times the median of the recent updates' seconds, within
+    [`min_call_timeout_s`, `call_timeout_s`] (the first update after a start gets `call_timeout_s`); 0: off."""
+    min_call_timeout_s: float = 30.0
+    """Floor of the update's tighter deadline (`call_timeout_factor`), in seconds."""
     durable_weights: bool = True
     """Also write every version rank 0 publishes to RUN_DIR/weights (the newest train.max_policy_lag + 2 kept), so a
     policy replica that cannot fetch it from the object store (the node holding it was lost) reads it there
@@ -377,6 +386,11 @@ class LearnerConfig:
     store stays the fallback of a replica that missed it). Measured with LoRA off in benchmarks/weight_sync.py."""
     sync_bucket_mb: int = 256
     """Bucket size of the "broadcast" weight sync."""
+    sync_check_every: NonNegativeInt = 1
+    """Every this many versions, each policy replica checks the weights it installed against the learner's digest
+    of them (per-tensor sums), reinstalling from the run's storage past `sync_check_tolerance`; 0: never."""
+    sync_check_tolerance: float = 1e-6
+    """Largest relative difference of a tensor's digest between learner and replica taken as the same weights."""
     sync_timeout_s: float = 60.0
     """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
     a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""

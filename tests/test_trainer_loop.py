@@ -32,6 +32,7 @@ from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights, rollou
 from mmrag.training.metrics_log import step_records
 from mmrag.training.loop import LearnerGaveUp, train
 from mmrag.training.pipeline import LocalPipeline
+from mmrag.training.reward_guard import RewardServiceFailed
 from mmrag.training.rollouts import RolloutFailed, Rollouts
 from mmrag.training.run import QuestionCursor, score_trees
 from mmrag.training.updates import example_count
@@ -224,7 +225,7 @@ def test_rollouts_run_ahead_while_the_learner_trains_within_the_lag_bound(pipeli
     assert all(r["ledger"]["dropped_stale"] == 0 for r in records)
 
 
-def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_config, tmp_path, synth_dir):
+def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_config, tmp_path, synth_dir, caplog):
     cfg = tiny_config(tmp_path, "train.max_policy_lag=1")
     ledger = RolloutLedger()
     rollouts = Rollouts(cfg, RolloutStream(InlinePools(pipeline), 2, 2, 1, 0),
@@ -237,6 +238,9 @@ def test_a_batch_older_than_the_lag_bound_is_dropped_and_counted(pipeline, tiny_
     assert (first.number, fresh.number, fresh.oldest_version) == (1, 3, 3)
     assert (ledger.numbers("dropped_stale"), ledger.numbers("trained")) == ({2}, {1, 3})
     ledger.check(rollouts.started, rollouts.in_flight(), rollouts.buffered(), [1, 3])
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("stale batch dropped: rollout 2 drawn by version 0, the learner at 3 (lag 3 > "
+                           "train.max_policy_lag 1); "), line
     pipeline.install(Weights(0, None, None))
 
 
@@ -302,6 +306,9 @@ def test_a_learner_failure_restores_the_checkpoint_and_redoes_the_steps_after_it
                                  "steps_redone": 1, "restores": {"rank_lost": 1, "rank_error": 0, "resume": 0}}
     assert [(r["step"], r["rollout"]) for r in step_records(tmp_path)] == [(1, 1), (2, 2), (3, 3), (3, 3), (4, 4),
                                                                            (5, 5)]
+    assert [r["faults"]["learner_restore"] for r in step_records(tmp_path)] == [0, 0, 0, 1, 0, 0], \
+        "the restore is counted in the record of the first step after it"
+    assert summary["faults"] == {"learner_restore": 1}
 
 
 def test_after_a_learner_restore_at_lag_2_the_run_trains_the_uninterrupted_runs_rollouts(
@@ -404,6 +411,25 @@ def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeli
 
     with pytest.raises(RolloutFailed, match=r"3 rollout batches failed in a row .* rerank .*reranker out of memory"):
         train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)
+
+
+def test_a_reward_service_answering_a_constant_stops_the_run_naming_the_reward_pool(pipeline, tiny_config,
+                                                                                     tmp_path):
+    class ConstantAfterOneBatch(FailingOnce):
+        """The real scorer for the first micro-batches, then 0.5 for every answer."""
+
+        calls = 0
+
+        def score(self, *args):
+            self.calls += 1
+            rewards = self.pipeline.score(*args)
+            return rewards if self.calls <= 4 else [0.5] * len(rewards)
+
+    cfg = tiny_config(tmp_path, "reward.guard_window=48", "train.steps=8")
+    assert cfg.reward.min_answered == 0.95, "the default: the share ProMSA's judge had to answer"
+    with pytest.raises(RewardServiceFailed, match=r"^reward pool 'score': the last 48 rewards are all 0\.5"):
+        train(cfg, InlinePools(ConstantAfterOneBatch(pipeline)), CountingLearner(), progress=False)
+    assert len(step_records(tmp_path)) < 8
 
 
 @pytest.mark.slow  # kills training driver processes (85 s)

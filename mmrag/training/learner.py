@@ -61,6 +61,9 @@ class Weights:
     durable: str | None = None
     """Where the learner also wrote them in the run's storage (`mmrag.training.published_weights`), if it did: what
     a replica reads when the object store lost them with the publishing node."""
+    digests: dict | None = None
+    """Component -> `published_weights.state_digest` of its weights as published: what replicas check they
+    installed (`learner.sync_check_every`); None: not checked."""
 
     @property
     def id(self) -> str:

@@ -41,6 +41,7 @@ from mmrag.training.export_choice import best_validation_step
 from mmrag.training.learner import Learner, LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.metrics_log import MetricsLog, read_metrics
 from mmrag.training.model_card import write_model_card
+from mmrag.training.reward_guard import RewardGuard
 from mmrag.training.rollouts import Experience, Rollouts
 from mmrag.training.run import RUN_FILES, QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
@@ -77,6 +78,25 @@ class TrainingRun:
     no step redone (the checkpoint is of the step just completed), so the queue ahead of it stays as it is."""
     exported_step: int | None = None
     """The step whose weights RUN_DIR/export holds (`train.export`), once one is written."""
+    faults_logged: dict[str, int] = field(default_factory=dict)
+    """Faults so far by kind as of the latest step record (`fault_counts`), which logs the ones since."""
+
+    def fault_counts(self, pools: StagePools) -> dict[str, int]:
+        """Faults so far by kind: the stage pools' (outages, kills, re-sent calls...), learner restores, stale
+        rollout batches dropped and rollout batches failed."""
+        ledger = self.ledger.as_dict()
+        restores = sum(n for cause, n in ledger["restores"].items() if cause != "resume")
+        return {**pools.fault_counts(), "learner_restore": restores, "stale_batch_dropped": ledger["dropped_stale"],
+                "failed_batch": ledger["failed"]}
+
+    def faults_since_last_record(self, pools: StagePools) -> dict[str, int]:
+        """Faults by kind since the previous call (a rollback re-labels the stale batches it redoes abandoned:
+        never below 0)."""
+        now = self.fault_counts(pools)
+        kinds = sorted(now.keys() | self.faults_logged.keys())
+        since = {kind: max(0, now.get(kind, 0) - self.faults_logged.get(kind, 0)) for kind in kinds}
+        self.faults_logged = now
+        return since
 
     def driver_state(self, learner_version: int) -> DriverState:
         started, epoch, position = self.rollouts.rollback_point()
@@ -108,14 +128,14 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
           stop: threading.Event | None = None) -> dict:
     """Train translator and reranker on these parts; returns the first and last held-out evaluations.
 
-    `stop` (set on SIGTERM by `mmrag train`): checkpoint at the next step boundary and return early, with
+    `stop` (set on SIGTERM or SIGINT by `mmrag train`): checkpoint at the next step boundary and return early, with
     `preempted_at` the step saved; `--resume` continues from there.
     """
     seed_everything(cfg.train.seed)
     run_dir = prepare_run_dir(cfg)
     held_out = held_out_sample(load_questions(cfg.data.dir, "val"), cfg.train.eval_questions)
     stream = RolloutStream(pools, cfg.translator.num_samples, cfg.reranker.num_samples,
-                           cfg.train.micro_batch_size, cfg.train.seed)
+                           cfg.train.micro_batch_size, cfg.train.seed, guard=RewardGuard(cfg.reward))
     ledger = RolloutLedger()
     cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
     run = TrainingRun(cfg, Rollouts(cfg, stream, cursor, ledger), ledger)
@@ -125,16 +145,21 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     else:
         run.initial = run.driver_state(learner.version)
     pools.stages.install(run.stamped(learner.weights()))
+    run.faults_logged = run.fault_counts(pools)  # a resumed run's records count its own faults
     metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir), resumed_at=None if checkpoint is None else run.step)
     try:
         preempted = _loop(run, pools, learner, stream, metrics, held_out, run_dir, progress, stop)
     finally:
         metrics.close()
         storage.mirror_up(run_dir, cfg.train.run_dir, RUN_FILES)
+    faults = {kind: n for kind, n in run.fault_counts(pools).items() if n}
+    if faults:
+        log.warning("faults absorbed in this run: %s (per step: RUN_DIR/metrics.jsonl, faults)",
+                    ", ".join(f"{n} {kind}" for kind, n in faults.items()))
     first, last = run.evaluations[min(run.evaluations)], run.evaluations[max(run.evaluations)]
     return {"initial": first, "final": last, "evaluations": run.evaluations, "run_dir": str(run_dir),
             "ledger": run.ledger.as_dict(), "trained_rollouts": list(run.learned),
-            "preempted_at": run.step if preempted else None, "exported_step": run.exported_step,
+            "preempted_at": run.step if preempted else None, "exported_step": run.exported_step, "faults": faults,
             "exported": run.evaluations.get(run.exported_step, last)}
 
 
@@ -158,7 +183,7 @@ def _loop(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
                 break
             if stop is not None and stop.is_set():
                 _checkpoint_once(run, learner, run_dir)
-                log.warning("stopped at step %d (SIGTERM): checkpointed; --resume continues", run.step)
+                log.info("stopped at step %d on request: checkpointed; --resume continues", run.step)
                 bar.close()
                 return True
             last_end = _step(run, pools, learner, stream, metrics, held_out, run_dir, bar, last_end)
@@ -201,6 +226,7 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     run.step += 1
     now = time.perf_counter()
     record = _step_record(run, experience, update, weights, learner_version, stream, now - last_end)
+    record["faults"] = run.faults_since_last_record(pools)
     metrics.log(run.step, record)
     bar.update(1)
     bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])

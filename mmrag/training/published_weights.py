@@ -53,3 +53,24 @@ def read_published(uri: str) -> dict:
         raise FileNotFoundError(f"{uri}: published weights not found (pruned? learner.durable_weights keeps the "
                                 f"newest train.max_policy_lag + 2 versions)")
     return torch.load(io.BytesIO(storage.read_bytes(uri)), weights_only=True)
+
+
+def state_digest(state: dict[str, torch.Tensor]) -> dict[str, tuple[float, float]]:
+    """Per tensor, (sum, sum of squares) in float64: what the learner publishes with a version, so a replica can
+    check that what it installed is what was sent (a dropped or corrupted bucket, a wrong cast, a stale tensor)."""
+    return {name: (tensor.double().sum().item(), tensor.double().square().sum().item())
+            for name, tensor in state.items()}
+
+
+def largest_difference(expected: dict[str, tuple[float, float]],
+                       installed: dict[str, tuple[float, float]]) -> tuple[str, float]:
+    """The tensor whose digest differs most, and by how much (relative: |a - b| / (1 + |b|)); a tensor missing on
+    either side differs by inf."""
+    worst, difference = "", 0.0
+    for name in sorted(expected.keys() | installed.keys()):
+        if name not in expected or name not in installed:
+            return name, float("inf")
+        gap = max(abs(a - b) / (1.0 + abs(b)) for a, b in zip(installed[name], expected[name]))
+        if gap > difference or not worst:
+            worst, difference = name, gap
+    return worst, difference

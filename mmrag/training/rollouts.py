@@ -14,6 +14,7 @@ trained ones, with the same questions and seeds.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from mmrag.training.accounting import RolloutLedger
 from mmrag.training.learner import PendingUpdate
 from mmrag.training.run import QuestionCursor, score_trees
 from mmrag.training.streaming import RolloutBatch, RolloutStream, assemble_trees
+
+log = logging.getLogger(__name__)
 
 
 LEARNER_POLL_S = 1.0
@@ -91,6 +94,10 @@ class Rollouts:
             experience = Experience(roots, batch.number, versions, batch.finished - batch.started)
             if learner_version - experience.oldest_version > self.max_lag:
                 self.ledger.dropped(batch.number)
+                log.warning("stale batch dropped: rollout %d drawn by version %d, the learner at %d (lag %d > "
+                            "train.max_policy_lag %d); %.1f s of rollouts lost", batch.number,
+                            experience.oldest_version, learner_version, learner_version - experience.oldest_version,
+                            self.max_lag, experience.seconds)
                 continue
             score_trees(roots, self.cfg, self.shuffle_rng)
             self.ledger.trained_on(batch.number)

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from mmrag.data.dataset import Question
 from mmrag.retrieval.retrieved_rows import RetrievedRows, leaf_evidence
 from mmrag.rl.rollout import Node
+from mmrag.training.reward_guard import REWARD_POOL, RewardGuard
 from mmrag.training.seeding import call_seed
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections, Stages
 
@@ -61,6 +62,9 @@ class StagePools(Protocol):
 
     def result(self, future: Any) -> Any:
         """A done future's value; raises `StageFailed` if its call failed for good."""
+
+    def fault_counts(self) -> dict[str, int]:
+        """Faults the pools absorbed so far (replica outages, kills, re-sent calls...), by kind."""
 
 
 @dataclass(eq=False)
@@ -101,6 +105,9 @@ class InlinePools:
         if future.error is not None:
             raise StageFailed(f"{type(future.error).__name__}: {future.error}") from future.error
         return future.value
+
+    def fault_counts(self) -> dict[str, int]:
+        return {}  # in-process calls have no replicas to lose
 
 
 @dataclass
@@ -146,10 +153,13 @@ class RolloutBatch:
 class RolloutStream:
     """Micro-batches of every started batch, moved through the stage pools by `pump`."""
 
-    def __init__(self, pools: StagePools, n: int, m: int, micro_batch_size: int, seed: int):
+    def __init__(self, pools: StagePools, n: int, m: int, micro_batch_size: int, seed: int,
+                 guard: RewardGuard | None = None):
+        """`guard`: told every reward the score stage returned or failed to (it stops a broken reward service)."""
         if micro_batch_size < 1:
             raise ValueError(f"train.micro_batch_size: expected at least 1, got {micro_batch_size}")
         self.pools, self.n, self.m, self.micro_batch_size, self.seed = pools, n, m, micro_batch_size, seed
+        self.guard = guard
         self.in_flight: dict[Any, tuple[MicroBatch, float]] = {}
         self.waiting: list[MicroBatch] = []
         """Micro-batches whose next stage has not been submitted, in start order."""
@@ -193,7 +203,11 @@ class RolloutStream:
             except StageFailed as exc:
                 self.abandon(batch, f"{stage} of micro-batch {micro_batch.index}: {exc}")
                 finished.append(batch)
+                if stage == REWARD_POOL and self.guard is not None:
+                    self.guard.failed(len(micro_batch.questions) * self.n * self.m)
                 continue
+            if stage == REWARD_POOL and self.guard is not None:
+                self.guard.scored(micro_batch.outputs[stage])
             micro_batch.stage += 1
             if micro_batch.stage < len(STAGES):
                 self.waiting.append(micro_batch)

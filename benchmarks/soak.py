@@ -1,0 +1,229 @@
+"""Soak benchmark: a long distributed `mmrag train` with faults all the way through, against a calm run.
+
+Not a test: `python -m benchmarks.soak [--config CFG] [--minutes M] [--lags 0,2]` from the repository root, with
+the config's dataset and index built. For each lag, `mmrag train --mode distributed` runs for M minutes twice, as a
+user runs it (a subprocess, stopped at the end by SIGTERM, which checkpoints at the next step boundary): once calm,
+once with a fault every 20-60 s (uniform, `--every-min`, `--every-max`), each a SIGKILL or a SIGSTOP (released
+after `--stop-s`) of one process drawn among every stage actor and learner rank, and, half-way, one SIGTERM and a
+`--resume`. Reports faults injected and survived (the run ended with exit 0 and every step's ledger check passed),
+rollouts lost (the ledger's failed batches; target 0), whether the trained rollout numbers are 1..N each once (as a
+calm run trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and
+the driver's RSS growth from the first to the last quarter of each run once it trains (target within 10 %). A
+whole worker node lost is not simulated here (one machine: tests/test_node_loss.py covers it). Writes its section
+of benchmarks/RESULTS.md and benchmarks/results/soak.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import yaml
+
+from benchmarks.chaos import HANGABLE, VICTIMS, _continue
+from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
+from benchmarks.throughput import with_sections
+from mmrag.config import config_to_dict
+from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.training.metrics_log import step_records
+
+RESULTS_JSON = Path(__file__).with_name("results") / "soak.json"
+RSS_POLL_S = 2.0
+"""How often the driver's resident memory is sampled."""
+
+
+def _actor_processes(driver: psutil.Process) -> dict[int, str]:
+    """pid -> actor class of the driver's Ray actors (its local Ray's workers are its descendants)."""
+    found = {}
+    for process in driver.children(recursive=True):
+        try:
+            title = " ".join(process.cmdline())
+        except psutil.Error:
+            continue
+        kind = next((k for k in VICTIMS if title.startswith(f"ray::{k}")), None)
+        if kind:
+            found[process.pid] = kind
+    return found
+
+
+class Run:
+    """One `mmrag train` subprocess, its RSS samples, and (soak) the faults sent to its actors."""
+
+    def __init__(self, command: list[str], log: Path):
+        self.command, self.log = command, log
+        self.rss: list[tuple[float, int]] = []
+        self.exit_codes: list[int] = []
+        self.process: subprocess.Popen | None = None
+
+    def start(self, *extra: str) -> None:
+        with open(self.log, "a") as log:
+            self.process = subprocess.Popen([*self.command, *extra], stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        """SIGTERM (checkpoint at the next step boundary), then wait for the exit."""
+        self.process.send_signal(signal.SIGTERM)
+        self.exit_codes.append(self.process.wait())
+
+    def sample_rss(self) -> None:
+        try:
+            self.rss.append((time.monotonic(), psutil.Process(self.process.pid).memory_info().rss))
+        except psutil.Error:
+            pass
+
+
+def _fault(run: Run, rng: random.Random, stop_s: float, faults: Counter) -> None:
+    """SIGKILL or SIGSTOP one of the run's actor processes, drawn at random."""
+    processes = _actor_processes(psutil.Process(run.process.pid))
+    if not processes:
+        return
+    pid = rng.choice(sorted(processes))
+    hang = processes[pid] in HANGABLE + ("LearnerRank",) and rng.random() < 0.5
+    try:
+        os_signal = signal.SIGSTOP if hang else signal.SIGKILL
+        psutil.Process(pid).send_signal(os_signal)
+    except psutil.Error:
+        return
+    faults[f"{processes[pid]} {os_signal.name}"] += 1
+    if hang:
+        threading.Timer(stop_s, _continue, args=(pid,)).start()
+
+
+def soak(command: list[str], run_dir: Path, seconds: float, faults_every: tuple[float, float] | None,
+         stop_s: float, seed: int) -> dict:
+    """Run for `seconds`; with `faults_every`, a fault at each draw from that interval and a SIGTERM + --resume
+    half-way. A SIGTERM waits until the driver has logged a step since it started (one still starting has nothing
+    to checkpoint and may not yet answer the signal), at most `seconds` more."""
+    run, rng, faults = Run(command, run_dir.with_suffix(".log")), random.Random(seed), Counter()
+    try:
+        _drive(run, run_dir, seconds, faults_every, stop_s, rng, faults)
+    finally:
+        if run.process is not None and run.process.poll() is None:  # the benchmark failed: leave no driver
+            run.process.kill()
+            run.process.wait()
+    return _figures(run, run_dir, faults)
+
+
+def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, float] | None, stop_s: float,
+           rng: random.Random, faults: Counter) -> None:
+    run.start()
+    start = time.monotonic()
+    next_fault = start + (rng.uniform(*faults_every) if faults_every else float("inf"))
+    resumed = faults_every is None
+    steps_at_start = 0
+    while True:
+        time.sleep(RSS_POLL_S)
+        if run.process.poll() is not None:
+            run.exit_codes.append(run.process.returncode)
+            break
+        now, stepped = time.monotonic(), _steps_logged(run_dir) > steps_at_start
+        if stepped:  # the driver's memory once it trains (start-up loads models and imports first)
+            run.sample_rss()
+        if now - start >= seconds and (stepped or now - start >= 2 * seconds):
+            run.stop()
+            break
+        if not resumed and now - start >= seconds / 2 and stepped:
+            run.stop()
+            faults["driver SIGTERM + --resume"] += 1
+            steps_at_start = _steps_logged(run_dir)
+            run.start("--resume")
+            resumed = True
+        if now >= next_fault:
+            _fault(run, rng, stop_s, faults)
+            next_fault = time.monotonic() + rng.uniform(*faults_every)
+
+
+def _figures(run: Run, run_dir: Path, faults: Counter) -> dict:
+    records = step_records(run_dir) if _steps_logged(run_dir) else []
+    final = records[-1] if records else {"ledger": {"failed": 0}}
+    stepping = sum(r["step_seconds"] for r in records)
+    trained = [r["rollout"] for r in records]
+    quarter = len(run.rss) // 4
+    first, last = run.rss[:quarter] or run.rss, run.rss[-quarter:] or run.rss
+    growth = (statistics.mean(m for _, m in last) / statistics.mean(m for _, m in first) - 1.0) if run.rss else None
+    return {"exit_codes": run.exit_codes, "steps": len({r["step"] for r in records}),
+            "steps_per_s": len(records) / stepping if stepping else 0.0, "faults": dict(faults),
+            "rollouts_lost": final["ledger"]["failed"], "trained_rollouts_in_order": _contiguous(records),
+            "trained_rollouts": len(trained), "rss_growth": growth,
+            "survived": all(code == 0 for code in run.exit_codes) and bool(records)}
+
+
+def _steps_logged(run_dir: Path) -> int:
+    return len(step_records(run_dir)) if (run_dir / "metrics.jsonl").is_file() else 0
+
+
+def _contiguous(records: list[dict]) -> bool:
+    """Whether the last record's trained rollouts are 1..N, each once (a calm run's: every restore redid its
+    steps with the same rollout numbers)."""
+    if not records:
+        return False
+    trained = records[-1]["ledger"]["trained"]
+    return trained == records[-1]["step"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_config_options(parser)
+    parser.add_argument("--minutes", type=float, default=30.0, help="minutes per run (default 30)")
+    parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
+    parser.add_argument("--every-min", type=float, default=20.0, help="fewest seconds between faults (default 20)")
+    parser.add_argument("--every-max", type=float, default=60.0, help="most seconds between faults (default 60)")
+    parser.add_argument("--stop-s", type=float, default=20.0, help="seconds a SIGSTOPped process stays stopped")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
+    parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="mmrag-soak-") as tmp:
+        for lag in [int(x) for x in args.lags.split(",")]:
+            record = {"lag": lag}
+            for name, every in (("calm", None), ("soak", (args.every_min, args.every_max))):
+                run_dir = Path(tmp) / f"lag{lag}-{name}"
+                lagged = with_sections(cfg, train={"steps": 10**6, "max_policy_lag": lag, "eval_every": 10**9,
+                                                   "checkpoint_every": 5, "run_dir": str(run_dir),
+                                                   "mode": "distributed"})
+                config_file = Path(tmp) / f"lag{lag}-{name}.yaml"
+                config_file.write_text(yaml.safe_dump(config_to_dict(lagged)))
+                command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file),
+                           "--no-progress"]
+                record[name] = soak(command, run_dir, args.minutes * 60, every, args.stop_s, args.seed)
+            record["soak_over_calm"] = (record["soak"]["steps_per_s"] / record["calm"]["steps_per_s"]
+                                        if record["calm"]["steps_per_s"] else None)
+            runs.append(record)
+    report = _report(runs, args, config_in_words(args.config, args.overrides))
+    publish_figures(report, {"machine": machine(), "minutes": args.minutes, "runs": runs}, RESULTS_JSON,
+                    write=not args.print_only)
+    return {"runs": runs}
+
+
+def _report(runs: list[dict], args, config: str) -> str:
+    header = ["lag", "steps calm / soak", "steps/s soak / calm", "faults injected", "survived", "rollouts lost",
+              "rollouts 1..N", "driver RSS growth calm / soak"]
+    rows = []
+    for r in runs:
+        calm, chaos = r["calm"], r["soak"]
+        growth = "/".join("-" if g is None else f"{g:+.0%}" for g in (calm["rss_growth"], chaos["rss_growth"]))
+        rows.append([str(r["lag"]), f"{calm['steps']} / {chaos['steps']}",
+                     "-" if r["soak_over_calm"] is None else f"{r['soak_over_calm']:.2f}",
+                     str(sum(chaos["faults"].values())), "yes" if chaos["survived"] else "no",
+                     str(chaos["rollouts_lost"]), "yes" if chaos["trained_rollouts_in_order"] else "no", growth])
+    kinds = Counter()
+    for r in runs:
+        kinds.update(r["soak"]["faults"])
+    return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per run, {config}; a fault every "
+            f"{args.every_min:g}-{args.every_max:g} s, SIGSTOP for {args.stop_s:g} s.\n\n"
+            + markdown_table(header, rows) + "\n\nFaults: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+            + "\n")
+
+
+if __name__ == "__main__":
+    main()
