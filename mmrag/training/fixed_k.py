@@ -1,9 +1,9 @@
 """A fixed number of documents, chosen on val: what a practitioner tunes when nothing else is trained.
 
-The generator reads the top k of each question's ranked documents for every k of `K_CHOICES`
-(k = 0 is never retrieving); `choose_k` picks k on val's mean reward alone. Shared by the fixed
-baselines (`mmrag.evaluation.baselines`, retrieval order) and component-level training
-(`mmrag.training.component_level`, its classifier's order).
+The generator reads the top k of each question's ranked documents for every k it is given (k = 0 is
+never retrieving); `choose_k` picks k on val's mean reward alone. Shared by the training-free
+baselines (`mmrag.evaluation.baselines`, every k up to `reranker.max_docs`) and component-level
+training (`mmrag.training.component_level`, its classifier's order, k from `K_CHOICES`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
 K_CHOICES = (0, 1, 2, 3, 5)
-"""Documents handed to the generator by a fixed pipeline (top k in retrieval order)."""
+"""Documents component-level training hands the generator (the top k of its classifier's order)."""
 BATCH = 32
 """Questions the generator reads at once."""
 
