@@ -16,7 +16,8 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   translator-only         reranker frozen
   reranker-only           translator frozen
   reranker-only-shared    reranker-only with shared reward (the ranking's baseline is the batch's, not the query's)
-  shuffled                rewards permuted across the batch (control)
+  shuffled                reward and price permuted together across the batch (control); exports its last
+                          step, since its best val step is the untrained step 0
   no-gate                 local-reference without the retrieval gate (STOP alone decides how many to keep)
   gate-regret             the gate's loss weighing each query by its regret (`train.gate_gap_unit` unset)
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
@@ -84,7 +85,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
         "reranker-only-shared": ([*LOCAL, "train.train_translator=false", "train.credit=shared"],
                                  "translator frozen, shared reward"),
-        "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
+        "shuffled": ([*LOCAL, "train.shuffle_rewards=true", "train.export=last"],
+                     "control: reward and price shuffled, last step exported"),
         "no-gate": ([*LOCAL, "reranker.gate=false"], "reward backprop, STOP alone"),
         "gate-regret": ([*LOCAL, "train.gate_gap_unit=null"], "gate's loss weighed by the regret"),
         "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
