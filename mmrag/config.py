@@ -345,7 +345,7 @@ class TrainConfig:
     reranker_loss: Literal["pl_policy", "pairwise"] = "pl_policy"
     """Local loss for the reranker."""
     shuffle_rewards: bool = False
-    """Control experiment: permute rewards across the batch before backprop."""
+    """Control experiment: permute each leaf's reward and document price together across the batch before backprop."""
     doc_cost: NonNegativeFloat = 0.02
     """Price of each document a selection keeps, subtracted from its leaf's reward in credit assignment (not in
     any reported reward): with it, keeping evidence that does not change the answer loses to keeping none, as a
