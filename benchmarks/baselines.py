@@ -9,19 +9,22 @@ train split). Prints the table, writes benchmarks/results/baselines.json (`basel
 pipeline, with its val and test reward at every k, its test figures per question kind at its k and its
 per-kind choice under `k_per_kind`; `best_training_free`: {name, k, test_reward, by_kind} of the choice
 best on val, the oracle left out; `grounding`: ground then rank at every weight; `wide_k`: ground then
-rank with k chosen up to --wide-k, beside the main table) and writes its section of benchmarks/RESULTS.md.
+rank with k chosen up to --wide-k, beside the main table; `test_queries`: each text query form's query per
+test question) and writes its section of benchmarks/RESULTS.md (not with --json-only).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.results import config_in_words, machine, markdown_table, portable_overrides, publish_figures
+from mmrag.atomic import atomic_write_text
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import (Choice, FixedBaseline, best_fixed, best_training_free,
                                         training_free_baselines)
@@ -93,6 +96,8 @@ def main() -> None:
                         help=f"ground then rank is also reported with k chosen up to this (default: {WIDE_K})")
     parser.add_argument("--json", type=Path, default=RESULTS_JSON, help="where the figures go")
     parser.add_argument("--print-only", action="store_true", help="print only; write neither JSON nor RESULTS.md")
+    parser.add_argument("--json-only", action="store_true",
+                        help="write the JSON and print, leave RESULTS.md alone (the learning benchmark's other worlds)")
     args = parser.parse_args()
     cfg = config_from_args(args)  # a bad config: one line, exit 2, as every command
     max_k = cfg.reranker.max_docs if args.max_k is None else args.max_k
@@ -104,7 +109,8 @@ def main() -> None:
         train, val, test = (load_questions(cfg.data.dir, split) for split in ("train", "val", "test"))
     except FileNotFoundError as exc:
         sys.exit(f"baselines: {exc}")
-    baselines, grounded = training_free_baselines(pipeline, train, val, test, max_k, args.wide_k)
+    found = training_free_baselines(pipeline, train, val, test, max_k, args.wide_k)
+    baselines, grounded = found.baselines, found.grounded
     wide = wide_grounding(grounded, args.wide_k)
     shipped = best_training_free(baselines)
     figures = {"date": str(datetime.date.today()), "machine": machine(), "config": args.config or "(embedded defaults)",
@@ -114,9 +120,15 @@ def main() -> None:
                "baselines": [b.as_dict() for b in baselines],
                "best_training_free": shipped.as_dict(),
                "grounding": [b.as_dict() for b in grounded],
-               "wide_k": {"max_k": args.wide_k, "choices": [c.as_dict() for c in wide]}}
-    publish_figures(report(baselines, wide, max_k, args.wide_k, train, val, test, args,
-                           (time.perf_counter() - started) / 60), figures, args.json, write=not args.print_only)
+               "wide_k": {"max_k": args.wide_k, "choices": [c.as_dict() for c in wide]},
+               "test_queries": found.test_queries}
+    text = report(baselines, wide, max_k, args.wide_k, train, val, test, args, (time.perf_counter() - started) / 60)
+    if args.json_only:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.json, json.dumps(figures, indent=2) + "\n")
+        print(text)
+        return
+    publish_figures(text, figures, args.json, write=not args.print_only)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""Learning, measured on the test split: every run of issue 22 over several seeds, against the fixed baselines.
+"""Learning, measured on the test split: every run over several seeds and worlds, against the training-free baselines.
 
-Not a test: `python -m benchmarks.learning [--config CFG] [--set ...]` from the repository root,
-with the config's dataset and index built (`mmrag synth`, `mmrag index`) and the fixed baselines
-measured on them (`python -m benchmarks.baselines`, whose val-chosen `best_fixed` this reads from
---baselines-json). For each seed (`train.seed`: initialisation, sampling and data order; `data.seed`
+Not a test: `python -m benchmarks.learning [--config CFG] [--set ...] [--worlds default NAME="SYNTH OPTIONS" ...]`
+from the repository root, with the config's dataset and index built (`mmrag synth`, `mmrag index`) and the
+training-free baselines measured on them (`python -m benchmarks.baselines`, whose val-chosen
+`best_training_free` this reads from --baselines-json). Every other world of --worlds is written by
+`mmrag synth` with its options (another seed, other kind proportions or family sizes where the world
+version has them), indexed and its baselines measured under OUT/worlds/NAME before it trains, on
+--world-seeds. On each world, for each seed (`train.seed`: initialisation, sampling and data order; `data.seed`
 stays as configured, so every run sees the same world) it trains each run below with `mmrag train`,
 then evaluates the export greedily on every question of the test split (`mmrag eval --local
 --settings trained`); the untrained pipeline, no retrieval and gold evidence are evaluated once on the
@@ -17,7 +20,7 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   reranker-only           translator frozen
   reranker-only-shared    reranker-only with shared reward (the ranking's baseline is the batch's, not the query's)
   shuffled                reward and price permuted together across the batch (control); exports its last
-                          step, since its best val step is the untrained step 0
+                          step (its best val step would be the untrained step 0)
   no-gate                 local-reference without the retrieval gate (STOP alone decides how many to keep)
   gate-regret             the gate's loss weighing each query by its regret (`train.gate_gap_unit` unset)
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
@@ -28,8 +31,11 @@ While training, each run evaluates greedily on the val split every --eval-every 
 default on all of it): those curves are what any choice (steps, learning rates, k) may be judged
 on; the test split is only reported. Prints the test table (mean ± std over seeds and the
 questions and entities it rests on), the per-kind table and the targets (PASS / FAIL), draws the
-val curves to benchmarks/learning.png, writes them as its section of benchmarks/RESULTS.md and writes
-benchmarks/results/learning.json (one record per run and seed; `best_fixed` at the top). Each (run,
+val curves to benchmarks/learning.png (another world's to learning-NAME.png), writes them as its section of
+benchmarks/RESULTS.md (one subsection per world) and writes benchmarks/results/learning.json (one record per
+world, run and seed; per world its `best_training_free`, targets and paired differences; each trained
+record's `reward_model_gap`, the reward model's test score minus exact match, null under the rule reward,
+and `queries_unlike_fixed_forms`). Each (run,
 seed) is one job of two processes (train, then evaluate), --jobs at a time with one torch thread
 each, seed-major (every run's first seed before any run's second); a job already finished in --out
 with the same commands and the same resolved config (defaults included: a changed default reruns it)

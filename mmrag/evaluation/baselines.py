@@ -153,12 +153,22 @@ class Rankings:
     hits: dict[str, list[list[Hit]]]
 
 
+@dataclass(frozen=True)
+class TrainingFree:
+    """Every baseline of this module, ground then rank at every weight (per grounding and candidates), and each
+    text query form's query for every test question (question id -> query)."""
+
+    baselines: list[FixedBaseline]
+    grounded: list[FixedBaseline]
+    test_queries: dict[str, dict[str, str]]
+
+
 def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val: list[Question],
                             test: list[Question], max_k: int | None = None,
-                            evaluated_k: int | None = None) -> tuple[list[FixedBaseline], list[FixedBaseline]]:
-    """(every baseline of this module with k chosen among 0..`max_k` (default `reranker.max_docs`), ground then
-    rank at every weight, per grounding and candidates). Records are kept for every k up to `evaluated_k` (default
-    `max_k`), so a wider choice (`FixedBaseline.max_k`) can be read without running again."""
+                            evaluated_k: int | None = None) -> TrainingFree:
+    """Every baseline of this module with k chosen among 0..`max_k` (default `reranker.max_docs`). Records are kept
+    for every k up to `evaluated_k` (default `max_k`), so a wider choice (`FixedBaseline.max_k`) can be read
+    without running again."""
     max_k = pipeline.cfg.reranker.max_docs if max_k is None else max_k
     ks = tuple(range(max(max_k, evaluated_k or 0) + 1))
     splits = {"val": val, "test": test}
@@ -170,9 +180,11 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     bm25 = BM25Index.from_kb(pipeline.cfg.data.dir)
     top_k = pipeline.cfg.index.top_k
     retrieved: list[Rankings] = []
+    test_queries = {}
     for form in (*TEXT_FORMS, SIGHT_FORM) if sighted else TEXT_FORMS:
         texts = {split: query_texts(form, questions, (sights if form == SIGHT_FORM else responses)[split])
                  for split, questions in splits.items()}
+        test_queries[form] = {q.id: text for q, text in zip(test, texts["test"])}
         dense = {split: dense_hits(pipeline, texts[split]) for split in splits}
         lexical = {split: bm25.search(texts[split], top_k) for split in splits}
         fused = {split: [reciprocal_rank_fusion(pair, top_k) for pair in zip(dense[split], lexical[split])]
@@ -194,10 +206,10 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     for baseline in grounded:
         by_grounding.setdefault(baseline.name.split(",")[0], []).append(baseline)
     oracle = {split: oracle_records(pipeline, questions, predicted[split]) for split, questions in splits.items()}
-    return [*baselines, *(best_fixed(family) for family in by_grounding.values()),
-            fixed_at(shipped, 0, "never-retrieve"),
-            fixed_at(shipped, max_k, f"always-retrieve ({shipped.name}, top {max_k})"),
-            FixedBaseline(ORACLE, oracle["val"], oracle["test"])], grounded
+    return TrainingFree([*baselines, *(best_fixed(family) for family in by_grounding.values()),
+                         fixed_at(shipped, 0, "never-retrieve"),
+                         fixed_at(shipped, max_k, f"always-retrieve ({shipped.name}, top {max_k})"),
+                         FixedBaseline(ORACLE, oracle["val"], oracle["test"])], grounded, test_queries)
 
 
 def kind_predictions(train: list[Question], splits: dict[str, list[Question]]) -> dict[str, list[str]]:
