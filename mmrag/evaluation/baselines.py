@@ -171,7 +171,7 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     without running again."""
     max_k = pipeline.cfg.reranker.max_docs if max_k is None else max_k
     ks = tuple(range(max(max_k, evaluated_k or 0) + 1))
-    splits = {"val": val, "test": test}
+    splits = {"val": decoded(val), "test": decoded(test)}
     predicted = kind_predictions(train, splits)
     score = lambda rankings: scored(pipeline, rankings, splits, predicted, ks, max_k)  # noqa: E731
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
@@ -184,7 +184,7 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     for form in (*TEXT_FORMS, SIGHT_FORM) if sighted else TEXT_FORMS:
         texts = {split: query_texts(form, questions, (sights if form == SIGHT_FORM else responses)[split])
                  for split, questions in splits.items()}
-        test_queries[form] = {q.id: text for q, text in zip(test, texts["test"])}
+        test_queries[form] = {q.id: text for q, text in zip(splits["test"], texts["test"])}
         dense = {split: dense_hits(pipeline, texts[split]) for split in splits}
         lexical = {split: bm25.search(texts[split], top_k) for split in splits}
         fused = {split: [reciprocal_rank_fusion(pair, top_k) for pair in zip(dense[split], lexical[split])]
@@ -210,6 +210,11 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
                          fixed_at(shipped, 0, "never-retrieve"),
                          fixed_at(shipped, max_k, f"always-retrieve ({shipped.name}, top {max_k})"),
                          FixedBaseline(ORACLE, oracle["val"], oracle["test"])], grounded, test_queries)
+
+
+def decoded(questions: list[Question]) -> list[Question]:
+    """The questions with their images decoded once: every ranking and k reads them again."""
+    return [replace(q, image_source=q.image) for q in questions]
 
 
 def kind_predictions(train: list[Question], splits: dict[str, list[Question]]) -> dict[str, list[str]]:
