@@ -529,7 +529,7 @@ def world_section(args: argparse.Namespace, result: WorldResult, plot: Path) -> 
         f"### World {world.name} ({where})\n\n{partial}"
         f"Seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)}. Test: {count_text}. Best "
         f"training-free pipeline (chosen on val, `benchmarks.baselines`): **{best_fixed['name']}, k = "
-        f"{best_fixed['k']}, test {best_fixed['test_reward']:.3f}**. Val curves in {plot.name}.\n\n"
+        f"{k_in_words(best_fixed['k'])}, test {best_fixed['test_reward']:.3f}**. Val curves in {plot.name}.\n\n"
         f"{results_table(summary, {**BASELINE_DESCRIPTIONS, **args.descriptions}, baseline_spreads)}\n\n"
         f"Per question kind (test; runs: reward mean ± std over seeds, the rest means):\n\n"
         f"{kind_table(kinds, fixed_kinds)}\n\n"
@@ -540,6 +540,11 @@ def world_section(args: argparse.Namespace, result: WorldResult, plot: Path) -> 
                            for name, p in result.paired.items()]) + "\n\n" if result.paired else "")
         + (markdown_table(["async run", "seed", "policy lag (mean)", "importance ratio: step means (mean, min-max)",
                            "its std within a batch", "fraction truncated"], lag_rows) + "\n\n" if lag_rows else ""))
+
+
+def k_in_words(k: int | dict[str, int]) -> str:
+    """A baseline's k: one number, or one per predicted question kind."""
+    return ", ".join(f"{kind} {value}" for kind, value in k.items()) if isinstance(k, dict) else str(k)
 
 
 def report(args: argparse.Namespace, results: list[WorldResult], wall_minutes: float) -> str:

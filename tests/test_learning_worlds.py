@@ -90,11 +90,12 @@ def test_the_report_has_one_section_per_world_with_its_own_best_training_free_pi
         baselines = [{"world": world.name, "run": name, "reward": 0.3, "questions": 10, "entities": 2,
                       "by_kind": {}} for name in ("no_retrieval", "untrained", "oracle")]
         results.append(WorldResult(world, [record(world.name, "local-reference", 0, 0.7)], baselines,
-                                   {"name": "rrf: question", "k": 3, "test_reward": best, "by_kind": {}},
+                                   {"name": "rrf: question", "k": {"visual": 0, "one-fact": 3},
+                                    "test_reward": best, "by_kind": {}},
                                    {"v0": "e0"}, []))
     text = report(args, results, 1.0)
     assert "### World default (the config's data)" in text and "### World seed7 (`mmrag synth --seed 7`" in text
-    assert "learning-seed7.png" in text
+    assert "learning-seed7.png" in text and "k = visual 0, one-fact 3, test 0.900" in text
     margins = {r.world.name: next(t for t in r.found if "training-free" in t.name) for r in results}
     assert margins["default"].met and not margins["seed7"].met, "0.7 clears 0.5 + 0.10, not 0.9 + 0.10"
     assert json.dumps([t.as_dict() for r in results for t in r.found])
