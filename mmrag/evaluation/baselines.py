@@ -173,7 +173,8 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     ks = tuple(range(max(max_k, evaluated_k or 0) + 1))
     splits = {"val": decoded(val), "test": decoded(test)}
     predicted = kind_predictions(train, splits)
-    score = lambda rankings: scored(pipeline, rankings, splits, predicted, ks, max_k)  # noqa: E731
+    read: dict[tuple, float] = {}
+    score = lambda rankings: scored(pipeline, rankings, splits, predicted, ks, max_k, read)  # noqa: E731
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
     sighted = pipeline.reranker.visual_reader is not None
     sights = {split: sight_descriptions(pipeline, qs) for split, qs in splits.items()} if sighted else {}
@@ -224,11 +225,12 @@ def kind_predictions(train: list[Question], splits: dict[str, list[Question]]) -
 
 
 def scored(pipeline: LocalPipeline, rankings: Rankings, splits: dict[str, list[Question]],
-           predicted: dict[str, list[str]], ks: Sequence[int], max_k: int) -> FixedBaseline:
-    """The top k of each ranking for every k of `ks`, on val and test, each record with its predicted kind."""
+           predicted: dict[str, list[str]], ks: Sequence[int], max_k: int, read: dict[tuple, float]) -> FixedBaseline:
+    """The top k of each ranking for every k of `ks`, on val and test, each record with its predicted kind (`read`:
+    the rewards of evidence already read, `records_by_k`)."""
     records = {}
     for split, questions in splits.items():
-        records[split] = records_by_k(pipeline, questions, rankings.hits[split], ks)
+        records[split] = records_by_k(pipeline, questions, rankings.hits[split], ks, read)
         for rows in records[split].values():
             for row, kind in zip(rows, predicted[split]):
                 row["predicted_kind"] = kind
