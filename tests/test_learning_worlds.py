@@ -99,3 +99,33 @@ def test_the_report_has_one_section_per_world_with_its_own_best_training_free_pi
     margins = {r.world.name: next(t for t in r.found if "training-free" in t.name) for r in results}
     assert margins["default"].met and not margins["seed7"].met, "0.7 clears 0.5 + 0.10, not 0.9 + 0.10"
     assert json.dumps([t.as_dict() for r in results for t in r.found])
+
+
+@pytest.mark.slow  # writes, indexes and measures two tiny worlds, then trains 2 steps on each (minutes)
+def test_a_two_step_sweep_over_two_tiny_worlds_records_every_world(tmp_path, zoo_dir):
+    import subprocess
+    import sys
+
+    data, index = tmp_path / "data", tmp_path / "index"
+    sets = [f"zoo.cache_dir={zoo_dir}", f"data.dir={data}", f"index.dir={index}"]
+    set_options = [option for assignment in sets for option in ("--set", assignment)]
+    python = [sys.executable, "-m"]
+    for command in (["mmrag.pipelines.cli", "synth", "--entities", "12", *set_options],
+                    ["mmrag.pipelines.cli", "index", "--local", *set_options],
+                    ["benchmarks.baselines", *set_options, "--json", str(tmp_path / "baselines.json"), "--json-only"],
+                    ["benchmarks.learning", "--worlds", "default", "small=--seed 5 --entities 12", "--only",
+                     "local-reference", "shuffled", "--seeds", "0", "--world-seeds", "0", "--steps", "2",
+                     "--eval-every", "1", "--val-questions", "8", "--test-limit", "12", *set_options,
+                     "--baselines-json", str(tmp_path / "baselines.json"), "--out", str(tmp_path / "runs"),
+                     "--json", str(tmp_path / "learning.json"), "--plot", str(tmp_path / "learning.png"),
+                     "--print-only"]):
+        subprocess.run([*python, *command], cwd=ROOT, check=True, capture_output=True)
+    figures = json.loads((tmp_path / "learning.json").read_text())
+    assert list(figures["worlds"]) == ["default", "small"]
+    assert {(r["world"], r["run"]) for r in figures["records"]} == {
+        (world, run) for world in ("default", "small") for run in ("local-reference", "shuffled")}
+    for world in figures["worlds"].values():
+        assert set(world["best_training_free"]) >= {"name", "k", "test_reward"}
+        assert any("training-free" in target["target"] for target in world["targets"])
+    assert all(r["reward_model_gap"] is None for r in figures["records"]), "the rule reward has no gap"
+    assert (tmp_path / "learning-small.png").is_file()
