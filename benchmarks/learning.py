@@ -1,9 +1,12 @@
-"""Learning, measured on the test split: every run of issue 22 over several seeds, against the fixed baselines.
+"""Learning, measured on the test split: every run over several seeds and worlds, against the training-free baselines.
 
-Not a test: `python -m benchmarks.learning [--config CFG] [--set ...]` from the repository root,
-with the config's dataset and index built (`mmrag synth`, `mmrag index`) and the fixed baselines
-measured on them (`python -m benchmarks.baselines`, whose val-chosen `best_fixed` this reads from
---baselines-json). For each seed (`train.seed`: initialisation, sampling and data order; `data.seed`
+Not a test: `python -m benchmarks.learning [--config CFG] [--set ...] [--worlds default NAME="SYNTH OPTIONS" ...]`
+from the repository root, with the config's dataset and index built (`mmrag synth`, `mmrag index`) and the
+training-free baselines measured on them (`python -m benchmarks.baselines`, whose val-chosen
+`best_training_free` this reads from --baselines-json). Every other world of --worlds is written by
+`mmrag synth` with its options (another seed, other kind proportions or family sizes where the world
+version has them), indexed and its baselines measured under OUT/worlds/NAME before it trains, on
+--world-seeds. On each world, for each seed (`train.seed`: initialisation, sampling and data order; `data.seed`
 stays as configured, so every run sees the same world) it trains each run below with `mmrag train`,
 then evaluates the export greedily on every question of the test split (`mmrag eval --local
 --settings trained`); the untrained pipeline, no retrieval and gold evidence are evaluated once on the
@@ -16,7 +19,8 @@ same questions (greedy, and the untrained reranker's output layers start at zero
   translator-only         reranker frozen
   reranker-only           translator frozen
   reranker-only-shared    reranker-only with shared reward (the ranking's baseline is the batch's, not the query's)
-  shuffled                rewards permuted across the batch (control)
+  shuffled                reward and price permuted together across the batch (control); exports its last
+                          step (its best val step would be the untrained step 0)
   no-gate                 local-reference without the retrieval gate (STOP alone decides how many to keep)
   gate-regret             the gate's loss weighing each query by its regret (`train.gate_gap_unit` unset)
   sync                    distributed (Ray stage pools + DeepSpeed learner), max_policy_lag 0
@@ -27,8 +31,11 @@ While training, each run evaluates greedily on the val split every --eval-every 
 default on all of it): those curves are what any choice (steps, learning rates, k) may be judged
 on; the test split is only reported. Prints the test table (mean ± std over seeds and the
 questions and entities it rests on), the per-kind table and the targets (PASS / FAIL), draws the
-val curves to benchmarks/learning.png, writes them as its section of benchmarks/RESULTS.md and writes
-benchmarks/results/learning.json (one record per run and seed; `best_fixed` at the top). Each (run,
+val curves to benchmarks/learning.png (another world's to learning-NAME.png), writes them as its section of
+benchmarks/RESULTS.md (one subsection per world) and writes benchmarks/results/learning.json (one record per
+world, run and seed; per world its `best_training_free`, targets and paired differences; each trained
+record's `reward_model_gap`, the reward model's test score minus exact match, null under the rule reward,
+and `queries_unlike_fixed_forms`). Each (run,
 seed) is one job of two processes (train, then evaluate), --jobs at a time with one torch thread
 each, seed-major (every run's first seed before any run's second); a job already finished in --out
 with the same commands and the same resolved config (defaults included: a changed default reruns it)
@@ -44,6 +51,8 @@ import hashlib
 import json
 import os
 import platform
+import re
+import shlex
 import shutil
 import signal
 import statistics
@@ -57,7 +66,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from benchmarks.learning_report import (Spread, by_run, kind_summary, kind_table, mean_curves, paired_difference,
-                                        plot_curves, results_table, summarize_runs, targets, targets_table)
+                                        plot_curves, results_table, summarize_optional, summarize_runs, targets,
+                                        targets_table)
 from benchmarks.results import markdown_table, portable_assignment, publish
 from mmrag.config import ConfigError, config_to_dict, load_config
 from mmrag.data.dataset import questions_file
@@ -84,7 +94,8 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
         "reranker-only-shared": ([*LOCAL, "train.train_translator=false", "train.credit=shared"],
                                  "translator frozen, shared reward"),
-        "shuffled": ([*LOCAL, "train.shuffle_rewards=true"], "control: rewards shuffled"),
+        "shuffled": ([*LOCAL, "train.shuffle_rewards=true", "train.export=last"],
+                     "control: reward and price shuffled, last step exported"),
         "no-gate": ([*LOCAL, "reranker.gate=false"], "reward backprop, STOP alone"),
         "gate-regret": ([*LOCAL, "train.gate_gap_unit=null"], "gate's loss weighed by the regret"),
         "sync": ([*DISTRIBUTED, "train.max_policy_lag=0"], "distributed, lag 0"),
@@ -116,6 +127,79 @@ BASELINES = tuple(BASELINE_DESCRIPTIONS)
 TEST_FIGURES = ("recall_at_k", "gold_selected", "gold_first", "docs_kept_mean", "query_words_mean")
 """What explains a test reward, recorded beside it (see `mmrag.training.evaluate.summarize`)."""
 SUMMARY_FIGURES = ("untrained", "trained", "gain", "recall_at_k", "gold_selected", "train_minutes")
+
+
+DEFAULT_WORLD = "default"
+WORLD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+OPTIONAL_FIGURES = ("queries_unlike_fixed_forms", "reward_model_gap")
+"""Per-record figures a run may lack (no fixed forms' queries; the rule reward): summarised where present."""
+
+
+@dataclass(frozen=True)
+class World:
+    """One world of the sweep: the config's own data (`default`), or the data `mmrag synth` writes with
+    `synth_options` (then indexed, and its training-free baselines measured, under OUT/worlds/NAME)."""
+
+    name: str
+    synth_options: tuple[str, ...] = ()
+
+    @property
+    def default(self) -> bool:
+        return self.name == DEFAULT_WORLD
+
+    def directory(self, out: Path) -> Path:
+        return out if self.default else out / "worlds" / self.name
+
+    def config_sets(self, out: Path) -> list[str]:
+        """The overrides that point a command at this world's data and index (and its `--world`, if given)."""
+        if self.default:
+            return []
+        root = self.directory(out)
+        generator = self.synth_options[self.synth_options.index("--world") + 1:][:1] \
+            if "--world" in self.synth_options else []
+        return [f"data.dir={root / 'data'}", f"index.dir={root / 'index'}",
+                *(f"data.world={value}" for value in generator)]
+
+    def baselines_json(self, args: argparse.Namespace) -> Path:
+        return args.baselines_json if self.default else self.directory(args.out) / "baselines.json"
+
+    def job_name(self, name: str) -> str:
+        return name if self.default else f"{self.name}/{name}"
+
+
+def parse_worlds(specs: list[str]) -> list[World]:
+    """`default` or `NAME=SYNTH OPTIONS` (shell-quoted `mmrag synth` options) -> worlds, the default first."""
+    worlds = []
+    for spec in specs:
+        name, _, options = spec.partition("=")
+        if not WORLD_NAME.fullmatch(name) or (name == DEFAULT_WORLD) == bool(options.strip()):
+            sys.exit(f"learning: --worlds {spec!r}: expected {DEFAULT_WORLD!r} or NAME=\"SYNTH OPTIONS\" (NAME of "
+                     "letters, digits, '.', '_', '-'; options as `mmrag synth` takes them, e.g. \"--seed 7\")")
+        if any(world.name == name for world in worlds):
+            sys.exit(f"learning: --worlds {name!r} is named twice")
+        worlds.append(World(name, tuple(shlex.split(options))))
+    return sorted(worlds, key=lambda world: not world.default)
+
+
+def cli_command(args: argparse.Namespace, sets: list[str], command: str, *options: str) -> list[str]:
+    """An `mmrag COMMAND` invocation with the benchmark's config and overrides."""
+    invocation = [sys.executable, "-m", "mmrag.pipelines.cli", command, "--config", args.config]
+    for assignment in [*args.set, *sets]:
+        invocation += ["--set", assignment]
+    return [*invocation, *options]
+
+
+def world_job(args: argparse.Namespace, world: World) -> Job:
+    """Writes a world's data (`mmrag synth` with its options), indexes it and measures its training-free baselines."""
+    root, sets = world.directory(args.out), world.config_sets(args.out)
+    baselines = [sys.executable, "-m", "benchmarks.baselines", "--config", args.config]
+    for assignment in [*args.set, *sets]:
+        baselines += ["--set", assignment]
+    return Job(f"{world.name}/world", root / "world", [
+        cli_command(args, sets, "synth", "--out", str(root / "data"), *world.synth_options),
+        cli_command(args, sets, "index", "--local"),
+        [*baselines, "--json", str(world.baselines_json(args)), "--json-only"]],
+        config_digest(args.config, [*args.set, *sets]))
 
 
 @dataclass
@@ -182,26 +266,31 @@ def module_command(module: str, args: argparse.Namespace, sets: list[str], *opti
     return command
 
 
-def plan(args: argparse.Namespace, val_questions: int) -> tuple[Job, dict[tuple[str, int], Job]]:
-    """One baseline evaluation job, and one train-then-evaluate job per (run, seed), seed-major."""
+def plan(args: argparse.Namespace, val_questions: int, world: World = World(DEFAULT_WORLD)
+         ) -> tuple[Job, dict[tuple[str, int], Job]]:
+    """One baseline evaluation job, and one train-then-evaluate job per (run, seed), seed-major, on `world` (the
+    default world's runs take their seeds from `args.run_seeds`, any other's from `args.world_seeds`)."""
     limit = ["--limit", str(args.test_limit)] if args.test_limit else []
-    directory = args.out / "baselines"
-    baselines = Job("baselines", directory, [module_command(
-        "mmrag.pipelines.eval", args, [], "--local", "--split", "test", "--settings", ",".join(BASELINES),
-        "--out", str(directory / "eval_test"), *limit)], config_digest(args.config, args.set))
+    root, world_sets = world.directory(args.out), world.config_sets(args.out)
+    directory = root / "baselines"
+    baselines = Job(world.job_name("baselines"), directory, [module_command(
+        "mmrag.pipelines.eval", args, world_sets, "--local", "--split", "test", "--settings", ",".join(BASELINES),
+        "--out", str(directory / "eval_test"), *limit)], config_digest(args.config, [*args.set, *world_sets]))
+    seeds = args.run_seeds if world.default else {run: list(args.world_seeds) for run in args.runs}
     runs = {}
-    pairs = sorted(((run, seed) for run in args.runs for seed in args.run_seeds[run]),
-                   key=lambda pair: (args.run_seeds[pair[0]].index(pair[1]), args.runs.index(pair[0])))
+    pairs = sorted(((run, seed) for run in args.runs for seed in seeds[run]),
+                   key=lambda pair: (seeds[pair[0]].index(pair[1]), args.runs.index(pair[0])))
     for run, seed in pairs:
-        directory = args.out / run / f"seed-{seed}"
-        sets = [*args.run_sets[run], f"train.seed={seed}", f"train.steps={args.steps}",
+        directory = root / run / f"seed-{seed}"
+        sets = [*world_sets, *args.run_sets[run], f"train.seed={seed}", f"train.steps={args.steps}",
                 f"train.eval_every={args.eval_every}", f"train.eval_questions={val_questions}",
                 f"train.run_dir={directory}"]
         train = module_command("mmrag.pipelines.train", args, sets)
-        evaluate = module_command("mmrag.pipelines.eval", args, [f"train.seed={seed}"], "--local", "--split", "test",
+        evaluate = module_command("mmrag.pipelines.eval", args, [*world_sets, f"train.seed={seed}"], "--local",
+                                  "--split", "test",
                                   "--settings", "trained", "--checkpoint", str(directory / "export"),
                                   "--out", str(directory / "eval_test"), *limit)
-        runs[run, seed] = Job(f"{run}/seed-{seed}", directory, [train, evaluate],
+        runs[run, seed] = Job(world.job_name(f"{run}/seed-{seed}"), directory, [train, evaluate],
                               config_digest(args.config, [*args.set, *sets]))
     return baselines, runs
 
@@ -289,8 +378,12 @@ def spread_of(values: list[float]) -> dict[str, float] | None:
             "min": min(values), "max": max(values)}
 
 
-def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[str, str]) -> dict:
-    """The run's test figures against `untrained` (the baseline record), per kind, its val curve, lag, ledger."""
+def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[str, str],
+               world: str = DEFAULT_WORLD, fixed_queries: dict[str, dict[str, str]] | None = None,
+               rule_reward: bool = True) -> dict:
+    """The run's test figures against `untrained` (the baseline record), per kind, its val curve, lag, ledger; the
+    share of test questions whose query differs from every one of `fixed_queries` (form -> question id -> query;
+    None without them) and, under a model reward, its score minus exact match (`reward_model_gap`)."""
     trained, by_kind, ids = evaluated(job.directory / "eval_test")
     trained, by_kind = trained["trained"], by_kind["trained"]
     history = read_metrics(job.directory)
@@ -298,9 +391,13 @@ def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[s
     reranker = [r.get("reranker", {}) for r in steps]
     lags = [r["policy_lag"] for r in steps if "policy_lag" in r]
     return {
-        "run": run, "seed": seed, "split": "test", "questions": len(ids),
+        "world": world, "run": run, "seed": seed, "split": "test", "questions": len(ids),
         "entities": len({entity_of[i] for i in ids}),
         "untrained": untrained["reward"], "trained": trained["reward_mean"],
+        "exact_match": trained["exact_match"],
+        "reward_model_gap": None if rule_reward else trained["reward_mean"] - trained["exact_match"],
+        "queries_unlike_fixed_forms": None if fixed_queries is None else queries_unlike(
+            trained_queries(job.directory / "eval_test"), fixed_queries),
         "gain": trained["reward_mean"] - untrained["reward"],
         **{name: trained[name] for name in TEST_FIGURES},
         "by_kind": {kind: {name: figures[name] for name in KIND_FIGURES} for kind, figures in by_kind.items()},
@@ -314,15 +411,35 @@ def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[s
     }
 
 
-def baseline_records(job: Job, entity_of: dict[str, str]) -> list[dict]:
+def comparable(query: str) -> str:
+    """A query as retrieval reads it: lower case, single spaces (an empty response leaves a double space)."""
+    return " ".join(query.lower().split())
+
+
+def trained_queries(directory: Path) -> dict[str, str]:
+    """Question id -> the query of an `mmrag eval --out` directory's predictions."""
+    return {row["id"]: row["query"] for row in map(json.loads, (directory / "predictions.jsonl").open())}
+
+
+def queries_unlike(queries: dict[str, str], fixed_queries: dict[str, dict[str, str]]) -> float:
+    """The share of `queries` that differ (`comparable`) from the query of every fixed form for the same question."""
+    if not queries:
+        raise ValueError("queries_unlike: no queries")
+    unlike = [all(comparable(query) != comparable(form[question]) for form in fixed_queries.values()
+                  if question in form) for question, query in queries.items()]
+    return statistics.fmean(1.0 if u else 0.0 for u in unlike)
+
+
+def baseline_records(job: Job, entity_of: dict[str, str], world: str = DEFAULT_WORLD) -> list[dict]:
     metrics, by_kind, ids = evaluated(job.directory / "eval_test")
-    return [{"run": setting, "split": "test", "questions": len(ids), "entities": len({entity_of[i] for i in ids}),
+    return [{"world": world, "run": setting, "split": "test", "questions": len(ids), "entities": len({entity_of[i] for i in ids}),
              "reward": metrics[setting]["reward_mean"], **{name: metrics[setting][name] for name in TEST_FIGURES},
              "by_kind": by_kind[setting]} for setting in BASELINES]
 
 
 def read_best_fixed(path: Path, test_questions: int) -> dict:
-    """The val-chosen best fixed pipeline of `benchmarks.baselines` (exits when missing or on other data)."""
+    """The val-chosen best training-free pipeline of `benchmarks.baselines`, {name, k, test_reward, by_kind}, and
+    its `test_queries` (exits when missing or on other data)."""
     if not path.is_file():
         sys.exit(f"learning: {path} is missing; measure the fixed baselines first (python -m benchmarks.baselines "
                  "with this config)")
@@ -330,13 +447,17 @@ def read_best_fixed(path: Path, test_questions: int) -> dict:
     if figures["test_questions"] != test_questions:
         sys.exit(f"learning: {path} rests on {figures['test_questions']} test questions, this data has "
                  f"{test_questions}; measure the fixed baselines on this data")
-    best = figures["best_fixed"]
-    by_kind = next(b["by_kind"] for b in figures["baselines"] if b["name"] == best["name"])
-    return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"], "by_kind": by_kind}
+    if "best_training_free" not in figures:
+        sys.exit(f"learning: {path} has no best_training_free; measure the baselines again (python -m "
+                 "benchmarks.baselines with this config)")
+    best = figures["best_training_free"]
+    return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"], "by_kind": best["by_kind"],
+            "test_queries": figures.get("test_queries")}
 
 
 def held_out_splits(data_dir: str, baselines_json: Path) -> tuple[dict[str, str], dict[str, str], dict]:
-    """(val question id -> entity, test question id -> entity, the val-chosen best fixed pipeline on that data)."""
+    """(val question id -> entity, test question id -> entity, the val-chosen best training-free pipeline on that
+    data, `read_best_fixed`)."""
     val = question_entities(data_dir, "val")
     entity_of = question_entities(data_dir, "test")
     return val, entity_of, read_best_fixed(baselines_json, len(entity_of))
@@ -350,59 +471,108 @@ def question_entities(data_dir: str, split: str) -> dict[str, str]:
     return dict(zip(table["id"], table["entity_id"]))
 
 
-def report(args: argparse.Namespace, records: list[dict], baselines: list[dict], best_fixed: dict,
-           val: dict[str, str], wall_minutes: float, unfinished: list[str]) -> tuple[str, list, dict]:
-    """The Markdown section (context, tables, targets, paired differences), the targets and the paired ones."""
+@dataclass
+class WorldResult:
+    """What the benchmark measured on one world: its records, baseline records, best training-free pipeline, the
+    val questions its curves rest on, its targets and paired differences, and its jobs not finished."""
+
+    world: World
+    records: list[dict]
+    baselines: list[dict]
+    best_fixed: dict
+    val: dict[str, str]
+    unfinished: list[str]
+    found: list = field(default_factory=list)
+    paired: dict = field(default_factory=dict)
+
+
+PAIRED_RUNS = ("component-level", "shared-reward", "translator-only", "reranker-only")
+"""Runs local-reference is compared with seed by seed (each component's contribution on top of the other)."""
+
+
+def world_section(args: argparse.Namespace, result: WorldResult, plot: Path) -> str:
+    """One world's Markdown: its data, tables, targets and paired differences (fills `result.found`, `.paired`)."""
+    records, baselines, best_fixed = result.records, result.baselines, result.best_fixed
     summary = summarize_runs(records, SUMMARY_FIGURES)
+    optional = summarize_optional(records, OPTIONAL_FIGURES)
+    for run, figures in optional.items():
+        summary[run].update(figures)
     kinds = kind_summary(records, KIND_FIGURES)
     curves = mean_curves(records)
     baseline_spreads = {b["run"]: Spread.of([b["reward"]]) for b in baselines}
-    found = targets(summary, kinds, best_fixed["test_reward"], curves)
     paired = {f"async-lag{lag} - async-lag{lag}-uncorrected": paired_difference(
         records, f"async-lag{lag}", f"async-lag{lag}-uncorrected") for lag in LAGS}
     paired.update({f"local-reference - {run}": paired_difference(records, "local-reference", run)
-                   for run in ("component-level", "shared-reward")})
-    paired = {name: value for name, value in paired.items() if value is not None}
-    fixed_kinds = {f"best fixed: {best_fixed['name']}": best_fixed["by_kind"],
+                   for run in PAIRED_RUNS})
+    result.paired = {name: value for name, value in paired.items() if value is not None}
+    result.found = targets(summary, kinds, best_fixed["test_reward"], curves, paired=result.paired)
+    fixed_kinds = {f"best training-free: {best_fixed['name']}": best_fixed["by_kind"],
                    **{b["run"]: b["by_kind"] for b in baselines}}
     counts = {(r["questions"], r["entities"]) for r in [*records, *baselines]}
     count_text = "; ".join(f"{q} questions from {e} entities" for q, e in sorted(counts))
     seeds = {run: [r["seed"] for r in rows] for run, rows in by_run(records).items()}
     missing: dict[str, list[str]] = {}
-    for name in unfinished:
+    for name in result.unfinished:
         run, _, seed = name.partition("/seed-")
         missing.setdefault(run, []).append(seed)
-    partial = (f"**Partial: {len(unfinished)} planned job(s) not finished (seeds missing: "
-               f"{'; '.join(f'{run} {seeds}' for run, seeds in missing.items())}).** " if unfinished else "")
+    partial = (f"**Partial: {len(result.unfinished)} planned job(s) not finished (seeds missing: "
+               f"{'; '.join(f'{run} {seeds}' for run, seeds in missing.items())}).** " if result.unfinished else "")
+    world = result.world
+    where = ("the config's data" if world.default
+             else f"`mmrag synth {' '.join(world.synth_options)}`, nobody tuned on it")
     lag_rows = [[r["run"], str(r["seed"]), _fmt(r["policy_lag_mean"]), _spread_text(r["importance_ratio_mean"]),
                  _spread_text(r["importance_ratio_std"]), _spread_text(r["importance_ratio_truncated"])]
                 for r in records if r["run"].startswith("async")]
+    extra = [[f"{run}: {name}", str(figures[name])] for run, figures in summary.items()
+             for name in OPTIONAL_FIGURES if name in figures]
+    return (
+        f"### World {world.name} ({where})\n\n{partial}"
+        f"Seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)}. Test: {count_text}. Best "
+        f"training-free pipeline (chosen on val, `benchmarks.baselines`): **{best_fixed['name']}, k = "
+        f"{k_in_words(best_fixed['k'])}, test {best_fixed['test_reward']:.3f}**. Val curves in {plot.name}.\n\n"
+        f"{results_table(summary, {**BASELINE_DESCRIPTIONS, **args.descriptions}, baseline_spreads)}\n\n"
+        f"Per question kind (test; runs: reward mean ± std over seeds, the rest means):\n\n"
+        f"{kind_table(kinds, fixed_kinds)}\n\n"
+        + (markdown_table(["run: figure", "test, mean ± std over seeds"], extra) + "\n\n" if extra else "")
+        + f"Targets (test, mean over seeds):\n\n{targets_table(result.found)}\n\n"
+        + (markdown_table(["paired difference of test reward (same seed)", "mean ± standard error", "per seed"],
+                          [[name, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
+                           for name, p in result.paired.items()]) + "\n\n" if result.paired else "")
+        + (markdown_table(["async run", "seed", "policy lag (mean)", "importance ratio: step means (mean, min-max)",
+                           "its std within a batch", "fraction truncated"], lag_rows) + "\n\n" if lag_rows else ""))
+
+
+def k_in_words(k: int | dict[str, int]) -> str:
+    """A baseline's k: one number, or one per predicted question kind."""
+    return ", ".join(f"{kind} {value}" for kind, value in k.items()) if isinstance(k, dict) else str(k)
+
+
+def report(args: argparse.Namespace, results: list[WorldResult], wall_minutes: float) -> str:
+    """The Markdown section: the context, then one subsection per world."""
+    records = [r for result in results for r in result.records]
+    cfg = load_config(resolve_config(args.config), args.set)
+    rule = cfg.reward.backend == "rule"
     text = (
-        f"## Learning on the test split, {args.steps} steps ({datetime.date.today()})\n\n{partial}"
+        f"## Learning on the test split, {args.steps} steps ({datetime.date.today()})\n\n"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
         f"each; this invocation {wall_minutes:.0f} min, the reported jobs "
         f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. "
         f"Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
-        f"{args.steps} steps of {load_config(resolve_config(args.config), args.set).train.questions_per_step} "
-        f"questions; seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)} (train.seed: "
-        "initialisation, sampling, data order; the data are the same for every run). Every figure is greedy "
-        f"exact-match reward on the test split ({count_text}), mean ± sample std over seeds; gain = trained - the "
-        "untrained pipeline. Nothing was chosen on test: the best fixed baseline is the fixed pipeline best on "
-        f"val (`benchmarks.baselines`): **{best_fixed['name']}, k = {best_fixed['k']}, test "
-        f"{best_fixed['test_reward']:.3f}**; component-level's k is chosen on val; the val curves ({len(val)} "
-        f"questions from {len(set(val.values()))} entities, every {args.eval_every} steps, mean ± std over seeds; "
-        f"component-level's at its best k) are in {args.plot.name}. The steps target compares val curves (test "
-        "is evaluated at the end only).\n\n"
-        f"{results_table(summary, {**BASELINE_DESCRIPTIONS, **args.descriptions}, baseline_spreads)}\n\n"
-        f"Per question kind (test; runs: reward mean ± std over seeds, the rest means):\n\n"
-        f"{kind_table(kinds, fixed_kinds)}\n\n"
-        f"Targets (test, mean over seeds):\n\n{targets_table(found)}\n\n"
-        + (markdown_table(["paired difference of test reward (same seed)", "mean ± standard error", "per seed"],
-                          [[name, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
-                           for name, p in paired.items()]) + "\n\n" if paired else "")
-        + (markdown_table(["async run", "seed", "policy lag (mean)", "importance ratio: step means (mean, min-max)",
-                           "its std within a batch", "fraction truncated"], lag_rows) + "\n" if lag_rows else ""))
-    return text, found, paired
+        f"{args.steps} steps of {cfg.train.questions_per_step} questions (train.seed: initialisation, sampling, data "
+        f"order; every run of a world sees the same data). Every figure is greedy "
+        + ("exact-match reward" if rule else f"{cfg.reward.backend} reward (exact match beside it)")
+        + " on the test split, mean ± sample std over seeds; gain = trained - the untrained pipeline. Nothing was "
+        "chosen on test: each world's best training-free pipeline is the one best on its val split "
+        "(`benchmarks.baselines`), component-level's k is chosen on val, the val curves (every "
+        f"{args.eval_every} steps, mean ± std over seeds) are what any default was chosen on, the default world's "
+        "only. The steps target compares val curves (test is evaluated at the end only). The shuffled control "
+        "permutes reward and price together and exports its last step.\n\n")
+    return text + "".join(world_section(args, result, world_plot(args.plot, result.world)) for result in results)
+
+
+def world_plot(plot: Path, world: World) -> Path:
+    """Where a world's val curves go: --plot for the default world, --plot with the world's name for others."""
+    return plot if world.default else plot.with_name(f"{plot.stem}-{world.name}{plot.suffix}")
 
 
 def _fmt(value: float | None) -> str:
@@ -453,6 +623,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="train only these runs (default: every run but sync)")
     parser.add_argument("--baselines-json", type=Path, default=RESULTS_JSON.parent / "baselines.json",
                         help="the fixed baselines on this data (default: benchmarks/results/baselines.json)")
+    parser.add_argument("--worlds", nargs="+", default=[DEFAULT_WORLD], metavar="WORLD",
+                        help=f"the worlds to train on: {DEFAULT_WORLD!r} (the config's data) and NAME=\"SYNTH OPTIONS\" "
+                             "for a world `mmrag synth` writes with those options, e.g. seed7=\"--seed 7\" "
+                             f"(default: {DEFAULT_WORLD})")
+    parser.add_argument("--world-seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="train.seed values on every world but the default (default: 0 1 2)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing; report the jobs finished so far (marked partial if any is missing)")
     parser.add_argument("--plot", type=Path, default=HERE / "learning.png",
@@ -477,45 +653,73 @@ def main() -> None:
     args.run_seeds = run_seeds(args)
     args.out = args.out.resolve()
     args.portable_sets = [portable_assignment(assignment) for assignment in args.set]
-    val, entity_of, best_fixed = held_out_splits(cfg.data.dir, args.baselines_json)
-    held_out = held_out_sample(list(val), args.val_questions or len(val))
-    baseline_job, run_jobs_ = plan(args, len(held_out))
+    worlds = parse_worlds(args.worlds)
     started = time.perf_counter()
+    preparing = [world_job(args, world) for world in worlds if not world.default]
+    if preparing and not args.report_only:
+        try:
+            failed = run_jobs(preparing, args.jobs)
+        except KeyboardInterrupt:
+            sys.exit(f"learning: interrupted; finished jobs are kept in {args.out} and reused by the next invocation")
+        if failed:
+            sys.exit(f"learning: writing world(s) {', '.join(job.name for job in failed)} failed; see their logs")
+    planned = []
+    for world in worlds:
+        data_dir = cfg.data.dir if world.default else str(world.directory(args.out) / "data")
+        val, entity_of, best_fixed = held_out_splits(data_dir, world.baselines_json(args))
+        held_out = held_out_sample(list(val), args.val_questions or len(val))
+        baseline_job, jobs = plan(args, len(held_out), world)
+        planned.append((world, {i: val[i] for i in held_out}, entity_of, best_fixed, baseline_job, jobs))
     if not args.report_only:
         try:
-            failed = run_jobs([baseline_job, *run_jobs_.values()], args.jobs)
+            failed = run_jobs([job for *_, baseline_job, jobs in planned for job in (baseline_job, *jobs.values())],
+                              args.jobs)
         except KeyboardInterrupt:
             sys.exit(f"learning: interrupted; finished jobs are kept in {args.out} and reused by the next invocation")
         if failed:
             print(f"learning: {len(failed)} job(s) failed ({', '.join(job.name for job in failed)}); reported "
                   "as unfinished. Run again to retry them (finished jobs are reused).", file=sys.stderr)
     wall_minutes = (time.perf_counter() - started) / 60
-    if not baseline_job.finished_before():
-        sys.exit(f"learning: the baseline evaluation is not finished ({baseline_job.directory}); nothing to report")
-    finished = {key: job for key, job in run_jobs_.items() if job.finished_before()}
-    unfinished = [job.name for key, job in run_jobs_.items() if key not in finished]
-    baselines = baseline_records(baseline_job, entity_of)
-    untrained = next(b for b in baselines if b["run"] == "untrained")
-    records = [run_record(run, seed, job, untrained, entity_of) for (run, seed), job in finished.items()]
-    if not records:
+    rule_reward = cfg.reward.backend == "rule"
+    results = []
+    for world, val, entity_of, best_fixed, baseline_job, jobs in planned:
+        if not baseline_job.finished_before():
+            sys.exit(f"learning: the baseline evaluation is not finished ({baseline_job.directory}); nothing to report")
+        finished = {key: job for key, job in jobs.items() if job.finished_before()}
+        baselines = baseline_records(baseline_job, entity_of, world.name)
+        untrained = next(b for b in baselines if b["run"] == "untrained")
+        records = [run_record(run, seed, job, untrained, entity_of, world.name, best_fixed["test_queries"],
+                              rule_reward) for (run, seed), job in finished.items()]
+        if records:
+            best = {name: value for name, value in best_fixed.items() if name != "test_queries"}
+            results.append(WorldResult(world, records, baselines, best, val,
+                                       [job.name for key, job in jobs.items() if key not in finished]))
+    if not results:
         sys.exit("learning: no (run, seed) job has finished; nothing to report")
-    plot_curves(mean_curves(records), args.plot,
-                f"Val reward over training, mean over seeds (band: ± std); {args.steps} steps")
-    text, found, paired = report(args, records, baselines, best_fixed, {i: val[i] for i in held_out}, wall_minutes,
-                                 unfinished)
+    for result in results:
+        plot_curves(mean_curves(result.records), world_plot(args.plot, result.world),
+                    f"Val reward over training, world {result.world.name}, mean over seeds (band: ± std); "
+                    f"{args.steps} steps")
+    text = report(args, results, wall_minutes)
+    unfinished = [name for result in results for name in result.unfinished]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
         "date": str(datetime.date.today()), "machine": platform.platform(), "cores": os.cpu_count(),
         "config": args.config, "sets": args.portable_sets, "steps": args.steps, "seeds": args.run_seeds,
-        "jobs": args.jobs, "val_questions": len(held_out), "wall_minutes": wall_minutes, "partial": bool(unfinished),
-        "unfinished": unfinished, "best_fixed": best_fixed, "records": records, "baselines": baselines,
-        "targets": [t.as_dict() for t in found],
-        "paired": {name: {"mean": p.mean, "se": p.se, "n": p.n, "differences": list(p.differences)}
-                   for name, p in paired.items()}}, indent=2) + "\n")
+        "jobs": args.jobs, "wall_minutes": wall_minutes, "partial": bool(unfinished), "unfinished": unfinished,
+        "worlds": {result.world.name: {
+            "synth_options": list(result.world.synth_options), "val_questions": len(result.val),
+            "best_training_free": result.best_fixed,
+            "targets": [t.as_dict() for t in result.found],
+            "paired": {name: {"mean": p.mean, "se": p.se, "n": p.n, "differences": list(p.differences)}
+                       for name, p in result.paired.items()}} for result in results},
+        "records": [r for result in results for r in result.records],
+        "baselines": [b for result in results for b in result.baselines]}, indent=2) + "\n")
     publish(text, args.section, write=not args.print_only)
-    for target in found:
-        print(f"{'PASS' if target.met else 'FAIL'}  {target.name}: {target.value:+.3f} {target.relation} "
-              f"{target.threshold:+.2f}")
+    for result in results:
+        for target in result.found:
+            print(f"{'PASS' if target.met else 'FAIL'}  [{result.world.name}] {target.name}: {target.value:+.3f} "
+                  f"{target.relation} {target.threshold:+.2f}")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ class Spread:
 
 @dataclass(frozen=True)
 class Target:
-    """One target of issue 22: `value` must be above (`>`, `>=`) or below (`<`, `<=`) `threshold`."""
+    """One target: `value` must be above (`>`, `>=`) or below (`<`, `<=`) `threshold`."""
 
     name: str
     value: float
@@ -131,24 +131,45 @@ def steps_ratio_to_reach(curves: dict[str, dict[int, Spread]], fast: str, slow: 
     return float("inf") if reached is None else reached / last
 
 
+TRAINED_OVER_TRAINING_FREE = 0.10
+"""Test reward the trained pipeline must add to the best training-free pipeline (issue 63)."""
+OVER_COMPONENT_LEVEL = 0.02
+"""... to component-level training, and the full pipeline to each component trained alone (paired by seed)."""
+QUERIES_UNLIKE_FIXED_FORMS = 0.50
+"""Share of test questions whose trained query must differ from every fixed query form's."""
+SHUFFLED_GAIN_BELOW = 0.03
+REWARD_MODEL_GAP_AT_MOST = 0.05
+"""Reward-model score minus exact match on test, for the trained pipeline (a larger gap is reward hacking)."""
+
+
 def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, dict[str, Spread]]],
             best_fixed: float | None, curves: dict[str, dict[int, Spread]], trained: str = "local-reference",
             component_level: str = "component-level", shared: str = "shared-reward", control: str = "shuffled",
-            components: tuple[str, ...] = ("translator-only", "reranker-only")) -> list[Target]:
-    """Issue 22's targets on the test split, mean over seeds (runs missing from `summary` are left out)."""
+            components: tuple[str, ...] = ("translator-only", "reranker-only"),
+            paired: dict[str, Paired] | None = None) -> list[Target]:
+    """Issue 63's targets on the test split, mean over seeds (runs and figures missing are left out): `best_fixed`
+    is the best training-free pipeline's test reward; `paired` holds "`trained` - RUN" differences by seed;
+    `summary` may carry `queries_unlike_fixed_forms` and `reward_model_gap` per run."""
     if trained not in summary:
         return []
     mean = {run: figures["trained"].mean for run, figures in summary.items()}
     gain = {run: figures["gain"].mean for run, figures in summary.items()}
+    paired = paired or {}
     found = []
     if best_fixed is not None:
-        found.append(Target(f"{trained}: trained - best fixed baseline", mean[trained] - best_fixed, ">=", 0.15))
+        found.append(Target(f"{trained}: trained - best training-free pipeline", mean[trained] - best_fixed, ">=",
+                            TRAINED_OVER_TRAINING_FREE))
     if component_level in mean:
-        found.append(Target(f"{trained} - {component_level}", mean[trained] - mean[component_level], ">=", -0.02))
+        found.append(Target(f"{trained} - {component_level}", mean[trained] - mean[component_level], ">=",
+                            OVER_COMPONENT_LEVEL))
         visual = [kinds[run].get("visual", {}).get("reward") for run in (trained, component_level)]
         if None not in visual:
             found.append(Target(f"{trained} - {component_level}, visual questions", visual[0].mean - visual[1].mean,
                                 ">", 0.0))
+    for run in components:
+        difference = paired.get(f"{trained} - {run}")
+        if difference is not None:
+            found.append(Target(f"{trained} - {run} (paired by seed)", difference.mean, ">=", OVER_COMPONENT_LEVEL))
     adaptive = (("visual", "docs_zero_fraction", 0.80), ("one-fact", "docs_at_least_one_fraction", 0.90),
                 ("two-fact", "docs_at_least_two_fraction", 0.70))
     for kind, figure, threshold in adaptive:
@@ -159,10 +180,27 @@ def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, di
         trivially = " (reached at step 0: the start)" if ratio == 0 else ""
         found.append(Target(f"{trained} steps to reach {shared}'s final val reward / its steps (val proxy){trivially}",
                             ratio, "<=", 0.6))
+    unlike = summary[trained].get("queries_unlike_fixed_forms")
+    if unlike is not None:
+        found.append(Target(f"{trained}: test questions whose query differs from every fixed form's", unlike.mean,
+                            ">=", QUERIES_UNLIKE_FIXED_FORMS))
     if control in gain:
-        found.append(Target(f"{control}: gain over untrained", gain[control], "<", 0.05))
+        found.append(Target(f"{control}: gain over untrained", gain[control], "<", SHUFFLED_GAIN_BELOW))
     found += [Target(f"{run}: gain over untrained", gain[run], ">", 0.05) for run in components if run in gain]
+    gap = summary[trained].get("reward_model_gap")
+    if gap is not None:
+        found.append(Target(f"{trained}: reward-model score - exact match", gap.mean, "<=", REWARD_MODEL_GAP_AT_MOST))
     return found
+
+
+def summarize_optional(records: list[dict], figures: tuple[str, ...]) -> dict[str, dict[str, Spread]]:
+    """Run -> figure -> Spread over the seeds whose record has the figure (not None); figures no seed has are
+    left out (the reward-model gap under the rule reward, query differences without the fixed forms' queries)."""
+    out: dict[str, dict[str, Spread]] = {}
+    for run, rows in by_run(records).items():
+        out[run] = {figure: Spread.of(values) for figure in figures
+                    if (values := [row[figure] for row in rows if row.get(figure) is not None])}
+    return out
 
 
 def results_table(summary: dict[str, dict[str, Spread]], descriptions: dict[str, str],

@@ -297,7 +297,7 @@ class TrainConfig:
     reranker_loss: Literal["pl_policy", "pairwise"] = "pl_policy"
     """Local loss for the reranker."""
     shuffle_rewards: bool = False
-    """Control experiment: permute rewards across the batch before backprop."""
+    """Control experiment: permute each leaf's reward and document price together across the batch before backprop."""
     doc_cost: NonNegativeFloat = 0.02
     """Price of each document a selection keeps, subtracted from its leaf's value in credit assignment (never from a
     reported reward): among selections that answer alike, the one keeping fewer documents wins."""

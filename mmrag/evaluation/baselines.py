@@ -1,64 +1,81 @@
-"""Fixed pipelines a practitioner builds with no training, each with its number of documents chosen on val.
+"""Training-free pipelines a strong practitioner builds from the same frozen parts, every choice made on val.
 
-Every baseline is the frozen retriever and generator behind a fixed query and a fixed
-selection: the top k retrieved documents in retrieval order, k from `K_CHOICES` (k = 0 is
-never retrieving). The query forms:
+Every baseline is a fixed ranking of each question's documents, of which the frozen generator reads
+the top k. k is chosen on the val split's mean reward among 0..`max_k` (`reranker.max_docs` by default;
+k = 0 is never retrieving), either once (`FixedBaseline.k`) or once per question kind predicted by a
+bag-of-words classifier fitted on the train split's questions (`FixedBaseline.k_per_kind`,
+`mmrag.evaluation.kind_classifier`); the test split is then read at that choice. The rankings:
 
-  question           the question alone
-  caption            the untrained translator's response (for the zoo: a description of the picture)
-  caption+question   that response followed by the question, lower-cased
-  image              the question image itself, through the encoder's image tower, against the KB index
+  dense: FORM        the query form through the encoder's text tower against the KB index
+  bm25: FORM         the same query text through BM25 over the KB passages (`mmrag.retrieval.bm25`)
+  rrf: FORM          reciprocal-rank fusion of the two
+  image              the question image through the encoder's image tower against the KB index
+  ground then rank   identify what is pictured, then rerank the candidates of the best retrieval and of the
+                     best dense retrieval by their text match with it (below), w chosen on val with k
 
-With a reranker that reads with a visual reader (`reranker.visual_reader`), two more: the query
-form `sight+question`, what the reader sees in the question image (`seen_description`) followed by
-the question, which uses the generator's eye as the query writer (no trained component writes
-queries with it: the translator is the captioner); and the best form's candidates reordered by
-their retrieval score plus the cosine of their text with what the reader sees (`sight_reordered`):
-the reranker's prior, so a trained reranker is measured against what that input gives untrained.
+The text query forms: `question` alone; `caption`, the untrained translator's response (for the zoo,
+a description of the picture); `caption+question`; and, with a reranker that reads with a visual reader
+(`reranker.visual_reader`), `sight+question`: what that frozen eye sees (`seen_description`) followed
+by the question. Grounding, with the eye: prior (retrieval score + cosine of the passage with what the
+eye sees) + w x the summed word match of the read attribute words (`mmrag.models.word_match`); with the
+image embedding: retrieval score + w x the share of the name words of the KB entry the question image
+retrieves first (`image`'s top hit) that the passage contains. Besides them: never- and
+always-retrieve (the best retrieval at k = `max_k`) and the oracle, the gold documents exactly.
 
-Each question is translated and retrieved once per form; only the generator and the
-reward run once per k. `choose_k` picks k on the val split's mean reward alone, and the
-test split is then read at that k (`FixedBaseline`): nothing about a test question can move
-the choice. `oracle` hands the generator exactly the gold documents. Nothing here depends on
-how a world words its texts: it reads questions, the KB index and the gold ids only.
-
-`word_match_fitted` is not a baseline without training but a diagnostic of the reranker's inputs: the
-best form's candidates reordered by the prior plus one weight times the summed word match
-(`mmrag.models.word_match`), the weight chosen on val with k. It tells how much of a trained reranker's
-gain a single fitted number already gives.
+Each question is translated and retrieved once per ranking; only the generator and the reward run
+once per k. Nothing about a test question moves a choice: k, the per-kind ks, w and the best
+pipeline (`best_training_free`) are all read from val records. Nothing here depends on how a world
+words its texts: it reads questions, the KB and its index and the gold ids only.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mmrag.data.dataset import Question
+from mmrag.evaluation.kind_classifier import KindClassifier
 from mmrag.evaluation.settings import gold_doc_hits
 from mmrag.models.translator import question_in_query
+from mmrag.retrieval.bm25 import BM25Index, reciprocal_rank_fusion, tokens
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import summarize_by_kind
-from mmrag.training.fixed_k import BATCH, K_CHOICES, choose_k, mean_reward_by_k, records_by_k
+from mmrag.training.fixed_k import BATCH, choose_k, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
-QUERY_FORMS = ("question", "caption", "caption+question", "image")
+TEXT_FORMS = ("question", "caption", "caption+question")
 SIGHT_FORM = "sight+question"
-WORD_MATCH_WEIGHTS = (0.5, 1.0, 2.0, 5.0)
-"""Weights of the summed word match `word_match_fitted` chooses among on val."""
+GROUNDING_WEIGHTS = (0.0, 0.5, 1.0, 2.0, 5.0)
+"""Weights of the text match with what was identified, chosen on val with k (0: the prior alone)."""
+ORACLE = "oracle"
 
 
 @dataclass(frozen=True)
 class FixedBaseline:
-    """One fixed pipeline: the k chosen on val, the val and test mean reward at every k, and the test figures
-    per question kind at every k (`summarize_by_kind`)."""
+    """One fixed ranking read at every evaluated k: per k, one record per question (`records_by_k`, plus the
+    question's `predicted_kind`), on val and on test. k is chosen on val among the evaluated ks up to `max_k`."""
 
     name: str
-    val_by_k: dict[int, float]
-    test_by_k: dict[int, float]
-    test_kinds_by_k: dict[int, dict[str, dict[str, float]]] = field(default_factory=dict)
+    val: dict[int, list[dict]]
+    test: dict[int, list[dict]]
+    max_k: int | None = None
+    """Most documents a choice may hand the generator (None: every evaluated k); the oracle's -1 is "all gold"."""
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted(k for k in self.val if self.max_k is None or k <= self.max_k)
+
+    @property
+    def val_by_k(self) -> dict[int, float]:
+        return {k: mean_reward(self.val[k]) for k in self.ks}
+
+    @property
+    def test_by_k(self) -> dict[int, float]:
+        return {k: mean_reward(self.test[k]) for k in self.ks}
 
     @property
     def k(self) -> int:
@@ -66,25 +83,190 @@ class FixedBaseline:
 
     @property
     def val_reward(self) -> float:
-        return self.val_by_k[self.k]
+        return mean_reward(self.val[self.k])
 
     @property
     def test_reward(self) -> float:
-        return self.test_by_k[self.k]
+        return mean_reward(self.test[self.k])
+
+    @property
+    def k_per_kind(self) -> dict[str, int]:
+        """Predicted kind -> the k with the best val reward over the val questions predicted of that kind."""
+        kinds = dict.fromkeys(r["predicted_kind"] for r in self.val[self.ks[0]])
+        return {kind: choose_k({k: mean_reward([r for r in self.val[k] if r["predicted_kind"] == kind])
+                                for k in self.ks}) for kind in kinds}
+
+    def per_kind_records(self, split: str) -> list[dict]:
+        """Each question's record at the k of its predicted kind (the single k for a kind val never predicted)."""
+        records, ks = getattr(self, split), self.k_per_kind
+        return [records[ks.get(r["predicted_kind"], self.k)][i] for i, r in enumerate(records[self.ks[0]])]
+
+    def choices(self) -> list[Choice]:
+        """The single-k choice, then the one-k-per-predicted-kind choice."""
+        return [Choice(self.name, self.k, self.val_reward, self.test_reward, summarize_by_kind(self.test[self.k])),
+                Choice(f"{self.name}, k per predicted kind", self.k_per_kind,
+                       mean_reward(self.per_kind_records("val")), mean_reward(self.per_kind_records("test")),
+                       summarize_by_kind(self.per_kind_records("test")))]
+
+    def as_dict(self) -> dict:
+        single, per_kind = self.choices()
+        return {**single.as_dict(), "val_by_k": self.val_by_k, "test_by_k": self.test_by_k,
+                "k_per_kind": per_kind.as_dict()}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A baseline at its val-chosen k (an int, or predicted kind -> k), its val and test reward and its test
+    figures per question kind (`summarize_by_kind`)."""
+
+    name: str
+    k: int | dict[str, int]
+    val_reward: float
+    test_reward: float
+    by_kind: dict[str, dict[str, float]]
 
     def as_dict(self) -> dict:
         return {"name": self.name, "k": self.k, "val_reward": self.val_reward, "test_reward": self.test_reward,
-                "val_by_k": self.val_by_k, "test_by_k": self.test_by_k,
-                "by_kind": self.test_kinds_by_k.get(self.k, {})}
+                "by_kind": self.by_kind}
+
+
+def mean_reward(records: list[dict]) -> float:
+    return statistics.fmean(r["reward"] for r in records) if records else 0.0
 
 
 def best_fixed(baselines: Sequence[FixedBaseline]) -> FixedBaseline:
-    """The baseline with the best val reward (at its chosen k): the one a practitioner would ship."""
+    """The baseline with the best val reward at its single chosen k (the first on a tie)."""
     return max(baselines, key=lambda b: b.val_reward)
 
 
-def kinds_by_k(records: dict[int, list[dict]]) -> dict[int, dict[str, dict[str, float]]]:
-    return {k: summarize_by_kind(rows) for k, rows in records.items()}
+def best_training_free(baselines: Sequence[FixedBaseline]) -> Choice:
+    """The choice (single k or k per predicted kind) with the best val reward over every baseline but the
+    oracle: the pipeline a practitioner would ship. On a tie the first, the single k before the per-kind ks."""
+    return max((c for b in baselines if b.name != ORACLE for c in b.choices()), key=lambda c: c.val_reward)
+
+
+@dataclass(frozen=True)
+class Rankings:
+    """Per split, each question's ranked documents, for one baseline."""
+
+    name: str
+    hits: dict[str, list[list[Hit]]]
+
+
+@dataclass(frozen=True)
+class TrainingFree:
+    """Every baseline of this module, ground then rank at every weight (per grounding and candidates), and each
+    text query form's query for every test question (question id -> query)."""
+
+    baselines: list[FixedBaseline]
+    grounded: list[FixedBaseline]
+    test_queries: dict[str, dict[str, str]]
+
+
+def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val: list[Question],
+                            test: list[Question], max_k: int | None = None,
+                            evaluated_k: int | None = None) -> TrainingFree:
+    """Every baseline of this module with k chosen among 0..`max_k` (default `reranker.max_docs`). Records are kept
+    for every k up to `evaluated_k` (default `max_k`), so a wider choice (`FixedBaseline.max_k`) can be read
+    without running again."""
+    max_k = pipeline.cfg.reranker.max_docs if max_k is None else max_k
+    ks = tuple(range(max(max_k, evaluated_k or 0) + 1))
+    splits = {"val": decoded(val), "test": decoded(test)}
+    predicted = kind_predictions(train, splits)
+    read: dict[tuple, float] = {}
+    score = lambda rankings: scored(pipeline, rankings, splits, predicted, ks, max_k, read)  # noqa: E731
+    responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
+    sighted = pipeline.reranker.visual_reader is not None
+    sights = {split: sight_descriptions(pipeline, qs) for split, qs in splits.items()} if sighted else {}
+    bm25 = BM25Index.from_kb(pipeline.cfg.data.dir)
+    top_k = pipeline.cfg.index.top_k
+    retrieved: list[Rankings] = []
+    test_queries = {}
+    for form in (*TEXT_FORMS, SIGHT_FORM) if sighted else TEXT_FORMS:
+        texts = {split: query_texts(form, questions, (sights if form == SIGHT_FORM else responses)[split])
+                 for split, questions in splits.items()}
+        test_queries[form] = {q.id: text for q, text in zip(splits["test"], texts["test"])}
+        dense = {split: dense_hits(pipeline, texts[split]) for split in splits}
+        lexical = {split: bm25.search(texts[split], top_k) for split in splits}
+        fused = {split: [reciprocal_rank_fusion(pair, top_k) for pair in zip(dense[split], lexical[split])]
+                 for split in splits}
+        retrieved += [Rankings(f"dense: {form}", dense), Rankings(f"bm25: {form}", lexical),
+                      Rankings(f"rrf: {form}", fused)]
+    pictured = {split: image_hits(pipeline, questions) for split, questions in splits.items()}
+    retrieved.append(Rankings("image", pictured))
+    baselines = [score(rankings) for rankings in retrieved]
+    shipped = best_fixed(baselines)
+    rankings_of = {b.name: r for b, r in zip(baselines, retrieved)}
+    dense_best = best_fixed([b for b in baselines if b.name.startswith("dense: ")])
+    grounded = []
+    for candidates in (rankings_of[name] for name in dict.fromkeys([shipped.name, dense_best.name])):
+        grounded += ground_by_image(score, candidates, pictured)
+        if sighted:
+            grounded += ground_by_eye(pipeline, score, candidates, splits, sights)
+    by_grounding: dict[str, list[FixedBaseline]] = {}
+    for baseline in grounded:
+        by_grounding.setdefault(baseline.name.split(",")[0], []).append(baseline)
+    oracle = {split: oracle_records(pipeline, questions, predicted[split]) for split, questions in splits.items()}
+    return TrainingFree([*baselines, *(best_fixed(family) for family in by_grounding.values()),
+                         fixed_at(shipped, 0, "never-retrieve"),
+                         fixed_at(shipped, max_k, f"always-retrieve ({shipped.name}, top {max_k})"),
+                         FixedBaseline(ORACLE, oracle["val"], oracle["test"])], grounded, test_queries)
+
+
+def decoded(questions: list[Question]) -> list[Question]:
+    """The questions with their images decoded once: every ranking and k reads them again."""
+    return [replace(q, image_source=q.image) for q in questions]
+
+
+def kind_predictions(train: list[Question], splits: dict[str, list[Question]]) -> dict[str, list[str]]:
+    """Per split, each question's kind as predicted by a `KindClassifier` fitted on `train`."""
+    classifier = KindClassifier(train)
+    return {split: classifier.predict([q.question for q in questions]) for split, questions in splits.items()}
+
+
+def scored(pipeline: LocalPipeline, rankings: Rankings, splits: dict[str, list[Question]],
+           predicted: dict[str, list[str]], ks: Sequence[int], max_k: int, read: dict[tuple, float]) -> FixedBaseline:
+    """The top k of each ranking for every k of `ks`, on val and test, each record with its predicted kind (`read`:
+    the rewards of evidence already read, `records_by_k`)."""
+    records = {}
+    for split, questions in splits.items():
+        records[split] = records_by_k(pipeline, questions, rankings.hits[split], ks, read)
+        for rows in records[split].values():
+            for row, kind in zip(rows, predicted[split]):
+                row["predicted_kind"] = kind
+    return FixedBaseline(rankings.name, records["val"], records["test"], max_k)
+
+
+def ground_by_eye(pipeline: LocalPipeline, score: Callable[[Rankings], FixedBaseline], candidates: Rankings,
+                  splits: dict[str, list[Question]], sights: dict[str, list[str]]) -> list[FixedBaseline]:
+    """`candidates` reranked by the prior (retrieval score + cos(passage, what the eye sees)) plus w x the summed
+    word match of the attribute words the eye reads, one baseline per w of `GROUNDING_WEIGHTS`."""
+    readings = {split: visual_readings(pipeline, questions) for split, questions in splits.items()}
+    priors = {split: sight_scores(pipeline, candidates.hits[split], sights[split]) for split in splits}
+    matches = {split: word_match_scores(pipeline, candidates.hits[split], readings[split]) for split in splits}
+    return [score(Rankings(f"ground (eye) then rank {candidates.name}, w {weight:g}", {
+        split: reorder(candidates.hits[split], [p + weight * m for p, m in zip(priors[split], matches[split])])
+        for split in splits})) for weight in GROUNDING_WEIGHTS]
+
+
+def ground_by_image(score: Callable[[Rankings], FixedBaseline], candidates: Rankings,
+                    pictured: dict[str, list[list[Hit]]]) -> list[FixedBaseline]:
+    """`candidates` reranked by retrieval score + w x the share of the identified entry's name words (the title
+    of the question image's top image-retrieval hit) each passage contains, one baseline per w."""
+    matches = {split: [name_match(row, image_row[0].title if image_row else "")
+                       for row, image_row in zip(candidates.hits[split], pictured[split])] for split in pictured}
+    return [score(Rankings(f"ground (image embedding) then rank {candidates.name}, w {weight:g}", {
+        split: reorder(candidates.hits[split], [np.array([h.score for h in row]) + weight * match
+                                                for row, match in zip(candidates.hits[split], matches[split])])
+        for split in pictured})) for weight in GROUNDING_WEIGHTS]
+
+
+def name_match(row: list[Hit], name: str) -> np.ndarray:
+    """Per hit, the share of `name`'s words found among the hit's title and text words."""
+    wanted = set(tokens(name))
+    if not wanted:
+        return np.zeros(len(row))
+    return np.array([len(wanted & set(tokens(f"{hit.title} {hit.text}"))) / len(wanted) for hit in row])
 
 
 def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
@@ -98,8 +280,8 @@ def captions(pipeline: LocalPipeline, questions: list[Question]) -> list[str]:
 
 
 def query_texts(form: str, questions: list[Question], responses: list[str]) -> list[str]:
-    """The text query of a form (not `image`), one per question; `responses` are the captions, or for
-    `sight+question` the `sight_descriptions`."""
+    """The text query of a form, one per question; `responses` are the captions, or for `sight+question` the
+    `sight_descriptions`."""
     forms: dict[str, Callable[[Question, str], str]] = {
         "question": lambda q, caption: q.question,
         "caption": lambda q, caption: caption,
@@ -119,77 +301,21 @@ def sight_descriptions(pipeline: LocalPipeline, questions: list[Question]) -> li
     return descriptions
 
 
-def retrieve(pipeline: LocalPipeline, form: str, questions: list[Question], responses: list[str]) -> list[list[Hit]]:
-    """The top-K documents (`index.top_k`) of each question's query of this form (`responses` as `query_texts`
-    reads them)."""
-    top_k = pipeline.cfg.index.top_k
-    if form == "image":
-        encode = pipeline.encoder.encode_images
-        queries: list = [q.image for q in questions]
-    else:
-        encode = pipeline.encoder.encode_texts
-        queries = query_texts(form, questions, responses)
+def dense_hits(pipeline: LocalPipeline, texts: list[str]) -> list[list[Hit]]:
+    """The top-K documents (`index.top_k`) of each text query through the encoder's text tower."""
+    return _searched(pipeline, pipeline.encoder.encode_texts, texts)
+
+
+def image_hits(pipeline: LocalPipeline, questions: list[Question]) -> list[list[Hit]]:
+    """The top-K documents of each question image through the encoder's image tower."""
+    return _searched(pipeline, pipeline.encoder.encode_images, [q.image for q in questions])
+
+
+def _searched(pipeline: LocalPipeline, encode: Callable, queries: list) -> list[list[Hit]]:
     hits = []
     for start in range(0, len(queries), BATCH):
-        hits.extend(pipeline.retriever.search(encode(queries[start:start + BATCH]), top_k))
+        hits.extend(pipeline.retriever.search(encode(queries[start:start + BATCH]), pipeline.cfg.index.top_k))
     return hits
-
-
-def fixed_baselines(pipeline: LocalPipeline, val: list[Question], test: list[Question]
-                    ) -> tuple[list[FixedBaseline], FixedBaseline | None]:
-    """Every query form with k chosen on val, plus never- and always-retrieve, and the oracle; and, with a visual
-    reader, the `word_match_fitted` diagnostic (None without one)."""
-    splits = {"val": val, "test": test}
-    responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
-    sighted = pipeline.reranker.visual_reader is not None
-    sights = {split: sight_descriptions(pipeline, questions) for split, questions in splits.items()} if sighted else {}
-    baselines, hits = [], {}
-    for form in (*QUERY_FORMS, SIGHT_FORM) if sighted else QUERY_FORMS:
-        texts = sights if form == SIGHT_FORM else responses
-        hits[form] = {split: retrieve(pipeline, form, questions, texts[split]) for split, questions in splits.items()}
-        baselines.append(scored_baseline(pipeline, form, splits, hits[form]))
-    shipped = best_fixed(baselines)
-    fitted = None
-    if sighted:
-        reordered = {split: sight_reordered(pipeline, hits[shipped.name][split], sights[split]) for split in splits}
-        baselines.append(scored_baseline(pipeline, f"{shipped.name}, reordered by sight", splits, reordered))
-        fitted = word_match_fitted(pipeline, shipped.name, splits, hits[shipped.name], sights)
-    every = max(K_CHOICES)
-    oracle = {split: oracle_records(pipeline, questions) for split, questions in splits.items()}
-    return [*baselines, fixed_at(shipped, 0, "never-retrieve"),
-            fixed_at(shipped, every, f"always-retrieve ({shipped.name}, top {every})"),
-            FixedBaseline("oracle", mean_reward_by_k(oracle["val"]), mean_reward_by_k(oracle["test"]),
-                          kinds_by_k(oracle["test"]))], fitted
-
-
-def word_match_fitted(pipeline: LocalPipeline, form: str, splits: dict[str, list[Question]],
-                      hits: dict[str, list[list[Hit]]], sights: dict[str, list[str]]) -> FixedBaseline:
-    """`form`'s candidates reordered by the prior plus w x the summed word match, for every w of
-    `WORD_MATCH_WEIGHTS`; the (w, k) with the best val reward (not a baseline without training: w is fitted)."""
-    readings = {split: visual_readings(pipeline, questions) for split, questions in splits.items()}
-    priors = {split: sight_scores(pipeline, hits[split], sights[split]) for split in splits}
-    matches = {split: word_match_scores(pipeline, hits[split], readings[split]) for split in splits}
-    candidates = []
-    for weight in WORD_MATCH_WEIGHTS:
-        reordered = {split: reorder(hits[split], [prior + weight * match for prior, match
-                                                  in zip(priors[split], matches[split])]) for split in splits}
-        candidates.append(scored_baseline(pipeline, f"{form}, reordered by sight + {weight:g} x word match "
-                                                    f"(weight fitted on val)", splits, reordered))
-    return best_fixed(candidates)
-
-
-def scored_baseline(pipeline: LocalPipeline, name: str, splits: dict[str, list[Question]],
-                    hits: dict[str, list[list[Hit]]]) -> FixedBaseline:
-    """The top k of `hits` for every k of `K_CHOICES`, on val and test."""
-    scored = {split: records_by_k(pipeline, questions, hits[split]) for split, questions in splits.items()}
-    return FixedBaseline(name, mean_reward_by_k(scored["val"]), mean_reward_by_k(scored["test"]),
-                         kinds_by_k(scored["test"]))
-
-
-def sight_reordered(pipeline: LocalPipeline, hits: list[list[Hit]], sights: list[str]) -> list[list[Hit]]:
-    """Each row by retrieval score + cos(document text, its question's `sight_descriptions` entry), both embedded
-    by the reranker's backbone: one fixed weight, nothing fitted."""
-    return reorder(hits, sight_scores(pipeline, hits, sights))
 
 
 def sight_scores(pipeline: LocalPipeline, hits: list[list[Hit]], sights: list[str]) -> list[np.ndarray]:
@@ -225,13 +351,13 @@ def reorder(hits: list[list[Hit]], scores: list[np.ndarray]) -> list[list[Hit]]:
 
 def fixed_at(baseline: FixedBaseline, k: int, name: str) -> FixedBaseline:
     """`baseline` with its k fixed (no choice left to val)."""
-    return FixedBaseline(name, {k: baseline.val_by_k[k]}, {k: baseline.test_by_k[k]},
-                         {k: baseline.test_kinds_by_k[k]})
+    return replace(baseline, name=name, val={k: baseline.val[k]}, test={k: baseline.test[k]}, max_k=None)
 
 
-def oracle_records(pipeline: LocalPipeline, questions: list[Question]) -> dict[int, list[dict]]:
+def oracle_records(pipeline: LocalPipeline, questions: list[Question], predicted: list[str]) -> dict[int, list[dict]]:
     """Records with exactly the gold documents as evidence, under k = -1 ("all the gold ones")."""
     gold = gold_doc_hits(pipeline.cfg.data.dir, {d for q in questions for d in q.gold_doc_ids})
     hits = [[gold[d] for d in q.gold_doc_ids] for q in questions]
     longest = max((len(row) for row in hits), default=0)
-    return {-1: records_by_k(pipeline, questions, hits, ks=(longest,))[longest]}
+    records = records_by_k(pipeline, questions, hits, ks=(longest,))[longest]
+    return {-1: [{**record, "predicted_kind": kind} for record, kind in zip(records, predicted)]}

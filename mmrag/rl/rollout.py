@@ -155,13 +155,15 @@ def shared_reward_credit(roots: list[Node]) -> None:
 
 
 def shuffle_leaf_rewards(roots: list[Node], rng: random.Random) -> None:
-    """Control experiment: permute leaf rewards across the whole batch, before backprop.
+    """Control experiment: permute each leaf's whole signal, reward and cost together, across the batch, before
+    backprop.
 
-    Keeps the reward distribution and destroys its link to what was sampled; a learner
-    that still improves would be learning from something other than the reward.
+    Keeps the signal's distribution and destroys its link to what was sampled, the price of what a leaf kept
+    included (a cost left in place would still teach "keep fewer"); a learner that still improves would be
+    learning from something other than its signal.
     """
     batch_leaves = [leaf for root in roots for leaf in leaves(root)]
-    rewards = [leaf.reward for leaf in batch_leaves]
-    rng.shuffle(rewards)
-    for leaf, reward in zip(batch_leaves, rewards):
-        leaf.reward = reward
+    signals = [(leaf.reward, leaf.cost) for leaf in batch_leaves]
+    rng.shuffle(signals)
+    for leaf, (reward, cost) in zip(batch_leaves, signals):
+        leaf.reward, leaf.cost = reward, cost

@@ -1,9 +1,9 @@
 """A fixed number of documents, chosen on val: what a practitioner tunes when nothing else is trained.
 
-The generator reads the top k of each question's ranked documents for every k of `K_CHOICES`
-(k = 0 is never retrieving); `choose_k` picks k on val's mean reward alone. Shared by the fixed
-baselines (`mmrag.evaluation.baselines`, retrieval order) and component-level training
-(`mmrag.training.component_level`, its classifier's order).
+The generator reads the top k of each question's ranked documents for every k it is given (k = 0 is
+never retrieving); `choose_k` picks k on val's mean reward alone. Shared by the training-free
+baselines (`mmrag.evaluation.baselines`, every k up to `reranker.max_docs`) and component-level
+training (`mmrag.training.component_level`, its classifier's order, k from `K_CHOICES`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
 K_CHOICES = (0, 1, 2, 3, 5)
-"""Documents handed to the generator by a fixed pipeline (top k in retrieval order)."""
+"""Documents component-level training hands the generator (the top k of its classifier's order)."""
 BATCH = 32
 """Questions the generator reads at once."""
 
@@ -30,18 +30,25 @@ def choose_k(val_by_k: dict[int, float]) -> int:
 
 
 def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
-                 ks: Sequence[int] = K_CHOICES) -> dict[int, list[dict]]:
+                 ks: Sequence[int] = K_CHOICES, rewards: dict[tuple, float] | None = None) -> dict[int, list[dict]]:
     """For every k, one record per question (kind, reward, selected and gold ids, as `greedy_batch` writes them)
-    when the generator reads the top k of the question's `hits`."""
+    when the generator reads the top k of the question's `hits`. `rewards`, when given, holds the reward of every
+    (question id, evidence doc ids) already read and gains the new ones: the generator and the reward are frozen and
+    greedy, so many rankings that hand a question the same documents share one reading."""
+    known = {} if rewards is None else rewards
     records: dict[int, list[dict]] = {k: [] for k in ks}
     for start in range(0, len(questions), BATCH):
         batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
-        table, rows = QuestionTable.of(batch), list(range(len(batch)))
+        table = QuestionTable.of(batch)
         for k in ks:
-            answers = pipeline.answer(table, rows, [[hit.text for hit in row[:k]] for row in batch_hits])
-            records[k].extend({"kind": q.kind, "reward": float(reward), "selected": [hit.doc_id for hit in row[:k]],
-                               "gold": list(q.gold_doc_ids)}
-                              for q, row, reward in zip(batch, batch_hits, pipeline.score(table, rows, answers)))
+            keys = [(q.id, tuple(hit.doc_id for hit in row[:k])) for q, row in zip(batch, batch_hits)]
+            unread = [i for i, key in enumerate(keys) if key not in known]
+            if unread:
+                answers = pipeline.answer(table, unread, [[hit.text for hit in batch_hits[i][:k]] for i in unread])
+                known.update((keys[i], float(reward)) for i, reward in zip(unread, pipeline.score(table, unread,
+                                                                                                   answers)))
+            records[k].extend({"kind": q.kind, "reward": known[key], "selected": list(key[1]),
+                               "gold": list(q.gold_doc_ids)} for q, key in zip(batch, keys))
     return records
 
 

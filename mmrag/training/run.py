@@ -1,7 +1,7 @@
 """What every training run shares, whichever parts it runs on: questions, reward backprop, records.
 
 `QuestionCursor` walks the training questions in resumable shuffled passes; `score_trees` is
-reward backpropagation on a rolled-out batch (optional reward-shuffle control, node values,
+reward backpropagation on a rolled-out batch (optional shuffle control of reward and price, node values,
 sibling advantages); `rollout_metrics` summarises a batch for the run's record;
 `prepare_run_dir` writes the run's config beside its metrics (in the driver's working copy of
 `train.run_dir`, which is uploaded with every checkpoint when the run directory is remote).
@@ -48,14 +48,14 @@ class QuestionCursor:
 
 
 def score_trees(roots: list[Node], cfg: Config, rng: random.Random) -> None:
-    """Reward backprop: optional reward shuffle (control), each selection's price (`train.doc_cost` per kept
-    document), node values, sibling advantages (or, with `train.credit: shared`, the shared-reward ablation's
-    values and batch-baseline advantages)."""
-    if cfg.train.shuffle_rewards:
-        shuffle_leaf_rewards(roots, rng)
+    """Reward backprop: each selection's price (`train.doc_cost` per kept document), the optional shuffle of
+    reward and price together (control), node values, sibling advantages (or, with `train.credit: shared`, the
+    shared-reward ablation's values and batch-baseline advantages)."""
     for root in roots:
         for leaf in leaves(root):
             leaf.cost = cfg.train.doc_cost * len(leaf.output)
+    if cfg.train.shuffle_rewards:
+        shuffle_leaf_rewards(roots, rng)
     if cfg.train.credit == "shared":
         shared_reward_credit(roots)
         return
