@@ -28,7 +28,8 @@ from mmrag.atomic import atomic_write_text
 from mmrag.data.dataset import load_questions
 from mmrag.evaluation.baselines import (Choice, FixedBaseline, best_fixed, best_training_free,
                                         training_free_baselines)
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 from mmrag.training.pipeline import LocalPipeline
 
 RESULTS_JSON = Path(__file__).resolve().parent / "results" / "baselines.json"

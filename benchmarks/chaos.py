@@ -51,7 +51,8 @@ from benchmarks.throughput import with_sections
 from mmrag.cluster.connect import connect
 from mmrag.cluster.resources import local_ray_cpus
 from mmrag.training.metrics_log import step_records
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 from mmrag.pipelines.train import train_distributed
 
 VICTIMS = ("TranslatorActor", "EncoderActor", "RetrievalShard", "RerankerActor", "GeneratorActor", "RewardActor",

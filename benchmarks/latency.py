@@ -38,7 +38,8 @@ from ray import serve
 from benchmarks.results import config_in_words, machine, markdown_table, portable_assignment, publish_figures
 from benchmarks.serve import deploy, post, request_bodies, stop_server
 from mmrag import Pipeline
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "latency.json"
 TARGET_BUSY_OVER_IDLE = 1.5

@@ -24,7 +24,8 @@ from benchmarks.results import config_in_words, machine, markdown_table, publish
 from benchmarks.throughput import with_sections
 from mmrag.cluster.connect import connect
 from mmrag.cluster.resources import local_ray_cpus
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "learner_restart.json"
 

@@ -63,7 +63,8 @@ from mmrag.data.dataset import encode_image, load_questions
 from mmrag.presets import resolve_config
 from mmrag.training.evaluate import greedy_batch
 from mmrag.training.pipeline import LocalPipeline
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 
 RESULTS_JSON = Path(__file__).with_name("results") / "serve.json"
 APP = "mmrag-benchmark"

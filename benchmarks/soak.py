@@ -34,7 +34,8 @@ from benchmarks.chaos import HANGABLE, VICTIMS, _continue
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from mmrag.config import config_to_dict
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 from mmrag.training.metrics_log import step_records
 
 RESULTS_JSON = Path(__file__).with_name("results") / "soak.json"

@@ -42,7 +42,8 @@ from mmrag.data.dataset import load_questions
 from mmrag.training.learner import Weights
 from mmrag.training.metrics_log import step_records
 from mmrag.training.streaming import RolloutStream
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 from mmrag.training.local import train_local
 from mmrag.pipelines.train import train_distributed
 

@@ -304,9 +304,6 @@ class TrainConfig:
     gate_gap_unit: pydantic.PositiveFloat | None = 0.02
     """With `reranker.gate`: a gap between the gate's arms' values of at least this much weighs fully in its loss, a
     smaller one in proportion; None weighs each query by the gap itself."""
-    gate_learns_from_misses: bool = False
-    """With `reranker.gate`: whether a query none of whose leaves earns any reward gives the gate a signal (both
-    arms failed; their gap is the documents' price alone)."""
     max_policy_lag: int = 1
     """Most policy versions a rollout may lag the learner; 0 is synchronous. With L, up to L batches are rolled
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""

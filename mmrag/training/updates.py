@@ -103,7 +103,8 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
 
     Examples are the ranking's draws with a non-zero advantage (`pl_policy`) or preference pairs among them
     (`pairwise`); the gate gap is V(skip) - V(retrieve) with a retrieval gate (None without one, when the arms
-    tie, or when no leaf earns reward and `gate_learns_from_misses` is off: no signal for the gate).
+    tie, or when no leaf earns reward: both arms failed, their gap is the documents' price alone, which says
+    nothing of which arm answers).
     """
     rows = []
     for root in roots:
@@ -113,7 +114,7 @@ def reranker_rows(roots: list[Node], cfg: TrainConfig) -> list[tuple[Question, N
             else:
                 examples = reranker_preference_pairs(t_node, cfg.pair_margin)
             gap = gate_value_gap(t_node) or None
-            if not cfg.gate_learns_from_misses and not any(leaf.reward for leaf in leaves(t_node)):
+            if not any(leaf.reward for leaf in leaves(t_node)):
                 gap = None
             if examples or gap is not None:
                 rows.append((root.payload["question"], t_node, examples, gap))

@@ -31,7 +31,8 @@ from mmrag.training.component_level import gold_candidates, gold_classifier_loss
 from mmrag.training.fixed_k import BATCH
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 
 RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 """This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""

@@ -50,7 +50,8 @@ from mmrag.retrieval.hit import Hit
 from mmrag.training.fixed_k import BATCH, K_CHOICES, choose_k, mean_reward_by_k, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
-from mmrag.pipelines.options import add_config_options, config_from_args
+from mmrag.pipelines.arguments import add_config_options
+from mmrag.pipelines.options import config_from_args
 
 RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 """This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
