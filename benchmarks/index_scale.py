@@ -44,7 +44,7 @@ from mmrag.data.dataset import KB_FILE
 from mmrag.data.synth import generate_dataset
 from mmrag.data.world import BACKGROUNDS, COLOURS, SHAPES, TEXTURES
 from mmrag.models.clip_encoder import ClipEncoder
-from mmrag.retrieval import LocalRetriever
+from mmrag.retrieval.merge import LocalRetriever
 from mmrag.retrieval.build import build_index
 
 RESULTS_JSON = Path(__file__).with_name("results") / "index_scale.json"

@@ -31,7 +31,7 @@ import ray
 from mmrag.actors.retrieval import RetrievalRouter
 from benchmarks.results import machine, markdown_table, publish_figures
 from mmrag.config import IndexConfig
-from mmrag.retrieval import LocalRetriever
+from mmrag.retrieval.merge import LocalRetriever
 from mmrag.retrieval.build import write_vector_index
 
 ENCODER = {"model_name": "benchmark-vectors"}

@@ -14,7 +14,8 @@ import pytest
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.dataset import decode_image, load_kb
 from mmrag.models.clip_encoder import ClipEncoder
-from mmrag.retrieval import Hit, LocalRetriever, merge_topk
+from mmrag.retrieval.hit import Hit
+from mmrag.retrieval.merge import LocalRetriever, merge_topk
 from mmrag.retrieval.build import build_index, write_vector_index
 from mmrag.retrieval.faiss_index import new_faiss_index
 from mmrag.retrieval.kb_parts import KBRowError

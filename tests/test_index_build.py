@@ -19,7 +19,8 @@ import pytest
 
 from mmrag.config import EncoderConfig, IndexConfig
 from mmrag.data.distractors import add_distractors
-from mmrag.retrieval import LocalRetriever, ShardSearcher
+from mmrag.retrieval.merge import LocalRetriever
+from mmrag.retrieval.shard import ShardSearcher
 from mmrag.retrieval.build import build_index, write_vector_index
 from mmrag.retrieval.doc_ids import check_doc_ids
 from mmrag.retrieval.kb_parts import KBFile, KBRowError, plan_parts

@@ -11,7 +11,7 @@ from mmrag.actors.encoder import EncoderActor
 from mmrag.actors.retrieval import RetrievalRouter
 from mmrag.checksum import file_sha256
 from mmrag.config import EncoderConfig, IndexConfig
-from mmrag.retrieval import LocalRetriever
+from mmrag.retrieval.merge import LocalRetriever
 from mmrag.retrieval.build import write_vector_index
 from mmrag.zoo import resolve
 

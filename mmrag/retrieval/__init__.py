@@ -5,11 +5,6 @@ FAISS shards + doc stores) -> manifest on disk -> `ShardSearcher` per shard -> `
 -> `list[list[Hit]]` per query batch, either in one process (`LocalRetriever`) or across
 Ray actors (`mmrag.actors.retrieval.RetrievalRouter`). The rollout stream holds a micro-batch's
 result as `retrieved_rows.RetrievedRows` (doc ids, and the hits or a reference to them).
+
+The package imports nothing itself, so a light module (the manifest, the hit type) never pulls in FAISS.
 """
-
-from mmrag.retrieval.hit import Hit
-from mmrag.retrieval.manifest import Manifest, ShardEntry
-from mmrag.retrieval.merge import LocalRetriever, merge_topk
-from mmrag.retrieval.shard import ShardSearcher
-
-__all__ = ["Hit", "LocalRetriever", "Manifest", "ShardEntry", "ShardSearcher", "merge_topk"]
