@@ -39,9 +39,9 @@ class ConfigError(ValueError):
 class DataConfig:
     dir: str = "runs/data"
     """Dataset directory: kb.parquet and questions_{train,val,test}.parquet."""
-    world: Literal["v1", "v2"] = "v2"
-    """Synthetic generator: `v2` (varying knowledge demand, a KB in its own wording) or `v1` (the old figures'
-    world: one-fact questions, the zoo's own templates; mmrag/configs/local-v1.yaml runs it end to end)."""
+    world: Literal["v1", "v2", "v3"] = "v2"
+    """Synthetic generator: `v2` (varying knowledge demand, a KB in its own wording), `v3` (demand the question's
+    wording does not reveal, misleading passages; mmrag/configs/local-v3.yaml) or `v1` (the old figures' world)."""
     entities: int = 320
     """Synthetic generator: number of entities (local mode); 320 gives 650 test questions from 65 entities in v2
     (195 visual, 325 one-fact, 130 two-fact), 520 one-fact ones from 65 entities in v1."""

@@ -1,7 +1,9 @@
 """The synthetic KB-VQA worlds -> Parquet dataset; world v1 (this module's `make_world`) in full.
 
 `generate_dataset(world=...)` writes world v2 (`synth_v2`, the default: varying knowledge
-demand, a KB in its own wording) or world v1, kept byte-identical for the v1 figures.
+demand, a KB in its own wording), world v3 (`synth_v3`: knowledge demand that the question's
+wording does not reveal, misleading passages, lookalikes; its sweep options in `WorldV3Options`)
+or world v1, kept byte-identical for the v1 figures.
 World v1 is the last stage of the synthetic data flow (world.py draws entities, render.py their images).
 Each entity gets an image+caption doc, one passage per relation, and one distractor passage
 without any fact; each (entity, relation) gets two questions with augmented images whose
@@ -23,11 +25,12 @@ from mmrag.data.dataset import KINDS, SCHEMA_VERSION, SPLITS, Doc, Question, wri
 from mmrag.data.distractors import add_distractors
 from mmrag.data.render import render_entity
 from mmrag.data.synth_v2 import make_world_v2
+from mmrag.data.synth_v3 import WorldV3Options, make_world_v3
 from mmrag.data.world import RELATIONS, Entity, append_entity_doc, Relation, World, build_world, draw_entities
 
 __all__ = ["RELATIONS", "Relation", "World", "WORLDS", "make_world", "generate_dataset"]
 
-WORLDS = ("v1", "v2")
+WORLDS = ("v1", "v2", "v3")
 QUESTIONS_PER_RELATION = 2
 DISTRACTOR_TEMPLATES = (
     "{name}, the {description}, is often visited in spring.",
@@ -78,14 +81,21 @@ def _entity_questions(
 
 
 def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_size: int = 64,
-                     kb_docs: int = 0, world: str = "v2") -> dict[str, int]:
+                     kb_docs: int = 0, world: str = "v2", v3_options: WorldV3Options | None = None) -> dict[str, int]:
     """Write kb.parquet, questions_{train,val,test}.parquet and dataset.json of `world`; returns the counts.
 
-    `kb_docs` text distractor passages are appended to the KB (`mmrag.data.distractors`).
+    `kb_docs` text distractor passages are appended to the KB (`mmrag.data.distractors`); `v3_options` (world v3
+    only) its family sizes and kind mix.
     """
     if world not in WORLDS:
         raise ValueError(f"data.world: expected one of {', '.join(WORLDS)}, got {world!r}")
-    drawn = (make_world if world == "v1" else make_world_v2)(num_entities, seed, image_size, progress=True)
+    if v3_options is not None and world != "v3":
+        raise ValueError(f"family_sizes, kind_mix: only world v3 takes them, got world {world!r}")
+    if world == "v3":
+        v3_options = v3_options or WorldV3Options()
+        drawn = make_world_v3(num_entities, seed, image_size, v3_options, progress=True)
+    else:
+        drawn = (make_world if world == "v1" else make_world_v2)(num_entities, seed, image_size, progress=True)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_kb(drawn.docs, out)
@@ -99,7 +109,9 @@ def generate_dataset(out_dir: str | Path, num_entities: int, seed: int, image_si
     manifest = {"schema_version": SCHEMA_VERSION, "generator": "mmrag.data.synth", "seed": seed,
                 "image_size": image_size, "counts": counts}
     if world != "v1":  # v1's manifest stays as it always was
-        manifest = {**manifest, "generator": "mmrag.data.synth_v2", "world": world}
+        manifest = {**manifest, "generator": f"mmrag.data.synth_{world}", "world": world}
+    if v3_options is not None:
+        manifest = {**manifest, "family_sizes": list(v3_options.family_sizes), "kind_mix": list(v3_options.kind_mix)}
     (out / "dataset.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return counts
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from tqdm import tqdm
 
@@ -207,7 +207,7 @@ def _distinct_facts(size: int, rng: random.Random, mint: WordMint) -> list[dict[
 
 @dataclass
 class World:
-    """A whole synthetic world in memory (v1's `synth.make_world` or v2's `synth_v2.make_world_v2`)."""
+    """A whole synthetic world in memory (`synth.make_world`, `synth_v2.make_world_v2` or `synth_v3.make_world_v3`)."""
 
     entities: list[Entity]
     docs: list[Doc]
@@ -244,11 +244,15 @@ def append_entity_doc(docs: list[Doc], entity: Entity, text: str, image: Image.I
     return doc_id
 
 
+EvidenceT = TypeVar("EvidenceT")
+"""What a world's `add_entity_docs` tells its `entity_questions` about where the KB answers them."""
+
+
 def build_world(num_entities: int, seed: int, image_size: int, draw: Callable[[int, random.Random], list[Entity]],
-                add_entity_docs: Callable[[Entity, int, random.Random, list[Doc]], dict[str, str]],
-                entity_questions: Callable[[Entity, dict[str, str], int, random.Random], list[Question]],
+                add_entity_docs: Callable[[Entity, int, random.Random, list[Doc]], EvidenceT],
+                entity_questions: Callable[[Entity, EvidenceT, int, random.Random], list[Question]],
                 progress: bool = False) -> World:
-    """The one recipe of every world (v1 and v2 differ only in the three functions): draw the entities, split
+    """The one recipe of every world (v1, v2 and v3 differ only in the three functions): draw the entities, split
     them, then each entity's KB docs and questions in entity order, all from one RNG seeded by `seed`."""
     if image_size < 16:
         raise ValueError(f"image_size: expected at least 16 pixels, got {image_size}")
@@ -258,6 +262,6 @@ def build_world(num_entities: int, seed: int, image_size: int, draw: Callable[[i
     docs: list[Doc] = []
     questions: dict[str, list[Question]] = {split: [] for split in SPLITS}
     for entity in tqdm(entities, desc="rendering entities", unit="entity", disable=not progress):
-        passage_ids = add_entity_docs(entity, image_size, rng, docs)
-        questions[split_of[entity.entity_id]].extend(entity_questions(entity, passage_ids, image_size, rng))
+        evidence = add_entity_docs(entity, image_size, rng, docs)
+        questions[split_of[entity.entity_id]].extend(entity_questions(entity, evidence, image_size, rng))
     return World(entities, docs, questions, split_of)

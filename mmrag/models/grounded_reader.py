@@ -1,13 +1,16 @@
 """The `grounded` generator: answers from what it is given, image and evidence, as an LVLM would.
 
-World v2's stand-in for the frozen LVLM (weightless but for its eye, `zoo:visual-reader`):
+Worlds v2's and v3's stand-in for the frozen LVLM (weightless but for its eye, `zoo:visual-reader`),
+reading passages with `mmrag.data.wording_v3` (whose templates include v2's):
 
 * a visual question (`question_kinds.demand_of`) is answered from the first document, in the
-  order given, whose description states the asked attribute; only when none does, from the
-  image through the visual reader. So evidence overrides the image: a near-duplicate's
-  passage gives its own texture, and any other entity's passage its own look;
+  order given, whose description states the asked attribute (through an anchor's passage among
+  the documents, where a v3 description links it); only when none does, from the image through
+  the visual reader. So evidence overrides the image: a near-duplicate's passage gives its own
+  texture, and any other entity's passage its own look;
 * a one-fact question is answered from the first document that states the relation (in any
-  of the KB's paraphrases), else "unknown";
+  of the KB's paraphrases, a superseded statement taken at its word, or a v3 link resolved
+  through its anchor's statement among the documents), else "unknown";
 * a two-fact question needs both facts: "{first} and {second}", "unknown" for a missing one,
   so exact match scores it only when both passages were given.
 
@@ -20,32 +23,24 @@ from __future__ import annotations
 from PIL import Image
 
 from mmrag.data.question_kinds import demand_of, two_fact_answer
-from mmrag.data.wording import KB_WORDING, Wording
+from mmrag.data.wording_v3 import read_attribute, read_fact
 from mmrag.models.visual_reader import VisualReader
 
 UNKNOWN = "unknown"
 
 
 class GroundedReader:
-    def __init__(self, visual_reader: VisualReader, wording: Wording = KB_WORDING) -> None:
+    def __init__(self, visual_reader: VisualReader) -> None:
         self.visual_reader = visual_reader
-        self.wording = wording
 
     def fact(self, relation: str, documents: list[str]) -> str:
         """The value the first document stating `relation` gives, or "unknown"."""
-        for document in documents:
-            value = self.wording.parse_fact(relation, document)
-            if value is not None:
-                return value
-        return UNKNOWN
+        value = read_fact(relation, documents)
+        return UNKNOWN if value is None else value
 
     def stated_attribute(self, attribute: str, documents: list[str]) -> str | None:
         """The `attribute` word the first document describing an entity states, or None when none does."""
-        for document in documents:
-            stated = self.wording.parse_description(document)
-            if stated.get(attribute):
-                return stated[attribute]
-        return None
+        return read_attribute(attribute, documents)
 
     def answer_batch(self, images: list[Image.Image | None], questions: list[str],
                      evidence: list[list[str]]) -> list[str]:
