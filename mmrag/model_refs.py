@@ -71,6 +71,12 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
                  "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)",
                  revision=3),
+        ZooModel("tiny-lvlm-reader", "mmrag.zoo.fit_reader:build_tiny_lvlm_reader", "",
+                 "tiny-lvlm-captioner-v2 fitted to answer from the picture and the passages it is given (the hf "
+                 "generator)", needs=("tiny-lvlm-captioner-v2",)),
+        ZooModel("reward-classifier", "mmrag.zoo.fit_reward_classifier:build_reward_classifier", "",
+                 "tiny Qwen2 sequence classifier judging an answer against its reference, paraphrases accepted "
+                 "(the hf_classifier reward)", needs=("tiny-lvlm",)),
     )
 }
 
