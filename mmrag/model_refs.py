@@ -61,7 +61,7 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("tiny-lvlm", "mmrag.zoo.tiny_lvlm:build_tiny_lvlm", "",
                  "random tiny Qwen2-VL with a locally trained tokenizer"),
         ZooModel("tiny-lvlm-captioner", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner", "",
-                 "tiny-lvlm fitted to describe images as search queries (world v1)", revision=2, needs=("tiny-lvlm",)),
+                 "tiny-lvlm fitted to describe images as search queries (world v1)", revision=2, needs=("tiny-lvlm-reader",)),
         ZooModel("tiny-clip-v2", "mmrag.zoo.fit_clip:build_tiny_clip_v2", "open_clip_model.safetensors",
                  "tiny-clip refitted on generic caption-passage pairs in world v2's vocabulary, not its KB templates",
                  needs=("tiny-clip",)),
@@ -76,7 +76,7 @@ MODELS: dict[str, ZooModel] = {
                  "generator)", needs=("tiny-lvlm-captioner-v2",)),
         ZooModel("reward-classifier", "mmrag.zoo.fit_reward_classifier:build_reward_classifier", "",
                  "tiny Qwen2 sequence classifier judging an answer against its reference, paraphrases accepted "
-                 "(the hf_classifier reward)", needs=("tiny-lvlm",)),
+                 "(the hf_classifier reward)", needs=("tiny-lvlm-reader",)),
     )
 }
 

@@ -1,213 +1,214 @@
-"""What the zoo reader is fitted and measured on: (picture, question, passages) -> answer cases.
+"""What the zoo reader is fitted and measured on: (picture, question, passages) -> answer cases of a world v3.
 
 `zoo:tiny-lvlm-reader` (`mmrag.zoo.fit_reader`) is the `hf` generator's frozen LVLM. It is fitted on
-cases drawn from a world of its own (entities no split of any dataset holds) and measured on cases of
-another. A case asks one of the dataset's questions about a pictured entity and hands the reader a
-list of passages in the KB's wording, in any order:
+cases drawn from a world v3 of its own (`make_world_v3` at a seed of its own: entities of no dataset
+split) and measured on cases of another. A case is one of that world's questions, its picture, and a
+list of KB passages in any order, chosen from:
 
-* gold: the entity's own passage stating an asked relation;
-* distractor: any other passage (another relation or an aside of the entity, a passage of a
-  near-duplicate or of any other entity, a picture caption);
-* misleading: a passage about the entity itself (its name, its description) stating a wrong value
-  for an asked relation, as a superseded or conflicting statement would.
+* gold: the question's gold passages (a direct statement; a link and its anchor's statement; a
+  description stating a look the picture hides);
+* misleading: a passage about the pictured entity itself that states a wrong value (v3's superseded
+  statements, an old look);
+* distractors: the entity's passages that say nothing of what is asked, and passages of its
+  near-duplicates, of lookalike landmarks and of any other entity.
 
-The answer a case is fitted to is what its passages state, read in order: for each asked relation,
-the value of the first passage (gold or misleading) that states it within the reader's evidence
-bound; the true value when none does (unknowable from the passages: the reader learns to guess);
-for a visual question, the attribute the picture shows. Which passage wins, how far the reader
-reads and what it does with distractors are therefore learned from examples, not written as rules.
+The answer a case is fitted to is what the pictured entity's own passages among those the reader
+sees (within its evidence bound) state, read in order by the world's own reader
+(`wording_v3.read_fact` / `read_attribute`: the first passage that gives it, a link resolved through
+its anchor's statement, a superseded statement taken at its word); the true value when none does
+(unknowable from the passages: the reader learns to guess); for a look question whose passages say
+nothing, what the picture shows. Passages of other entities never set the answer: whether the reader
+tells them apart, how far it reads and which of two conflicting statements it believes are learned
+from examples, not written as rules.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 from PIL import Image
 
-from mmrag.data.dataset import ONE_FACT, TWO_FACT, VISUAL
-from mmrag.data.question_kinds import (
-    ONE_FACT_TEMPLATES,
-    TWO_FACT_TEMPLATES,
-    VISUAL_TEMPLATES,
-    two_fact_answer,
-    two_fact_question,
-)
-from mmrag.data.render import render_entity
-from mmrag.data.synth_v2 import draw_entities_v2
-from mmrag.data.wording import KB_WORDING, Wording
-from mmrag.data.world import RELATIONS, Entity
-
-GOLD = "gold"
-DISTRACTOR = "distractor"
-MISLEADING = "misleading"
-
-
-@dataclass
-class Passage:
-    text: str
-    role: str
-    """GOLD, DISTRACTOR or MISLEADING."""
-    relation: str | None = None
-    """The asked relation a gold or misleading passage states."""
-    value: str | None = None
-    """The value it states for that relation."""
+from mmrag.data.dataset import ONE_FACT, TWO_FACT, VISUAL, Doc, Question
+from mmrag.data.question_kinds import demand_of
+from mmrag.data.synth_v3 import make_world_v3
+from mmrag.data.wording_v3 import described_look, linked_anchor, read_attribute, read_fact, stated_fact
+from mmrag.data.world import RELATIONS
 
 
 @dataclass
 class ReaderCase:
     image: Image.Image
-    question: str
-    kind: str
-    passages: list[Passage]
-    truth: str
-    """The entity's true answer (what evaluation scores against)."""
-    relations: tuple[str, ...] = ()
-    """Asked relations, in the order asked (none for a visual question)."""
+    question: Question
+    passages: list[Doc]
+    own: set[str]
+    """Doc ids of the passages about the pictured entity (its own and its anchors')."""
+    misleading_value: str | None = None
+    """The wrong answer a misleading passage in the case states, if it holds one."""
     tags: dict = field(default_factory=dict)
 
     @property
     def documents(self) -> list[str]:
-        return [p.text for p in self.passages]
+        return [doc.text for doc in self.passages]
+
+    @property
+    def truth(self) -> str:
+        return self.question.answers[0]
 
     def stated_answer(self, visible: int) -> str:
-        """The answer the first `visible` passages state (see the module docstring); the fitting target."""
-        if self.kind == VISUAL:
-            return self.truth
-        values = []
-        for relation in self.relations:
-            stated = next((p.value for p in self.passages[:visible]
-                           if p.role in (GOLD, MISLEADING) and p.relation == relation), None)
-            values.append(stated)
-        if any(value is None for value in values):
-            return self.truth
-        return values[0] if len(values) == 1 else two_fact_answer(*values)
-
-    def misleading_answer(self) -> str | None:
-        """The answer a one-fact case's misleading passage states, or None when it has none."""
-        values = [p.value for p in self.passages if p.role == MISLEADING]
-        return values[0] if values and self.kind == ONE_FACT else None
+        """What the pictured entity's passages among the first `visible` state (module docstring): the fitting
+        target. A look question with nothing stated is answered from the picture: its true value when the
+        question is visual (the picture shows it), else None (the picture shows another value, not recorded)."""
+        own = [doc.text for doc in self.passages[:visible] if doc.doc_id in self.own]
+        demand = demand_of(self.question.question)
+        if demand.attribute is not None:
+            stated = read_attribute(demand.attribute, own)
+            return stated if stated is not None else (self.truth if self.question.kind == VISUAL else None)
+        stated = read_fact(demand.relations[0], own)
+        return self.truth if stated is None else stated
 
 
 @dataclass
 class ReaderWorld:
-    """Entities of a world of the reader's own, each with a few rendered views, and the wording passages use."""
+    """A world v3 held as the reader's cases need it: each question with the passages of its entity."""
 
-    entities: list[Entity]
-    views: dict[str, list[Image.Image]]
-    wording: Wording
-    families: dict[int, list[Entity]]
-
-    def view(self, entity: Entity, rng: random.Random) -> Image.Image:
-        return rng.choice(self.views[entity.entity_id])
-
-
-def reader_world(num_entities: int, seed: int, views: int, wording: Wording = KB_WORDING,
-                 draw: Callable[[int, random.Random], list[Entity]] = draw_entities_v2,
-                 image_size: int = 64) -> ReaderWorld:
-    """`num_entities` drawn by `draw` from `seed`, each rendered in `views` augmented views."""
-    entities = draw(num_entities, random.Random(seed))
-    view_rng = np.random.default_rng(seed)
-    rendered = {e.entity_id: [render_entity(e, image_size, view_rng) for _ in range(views)] for e in entities}
-    families: dict[int, list[Entity]] = {}
-    for entity in entities:
-        families.setdefault(entity.family, []).append(entity)
-    return ReaderWorld(entities, rendered, wording, families)
+    questions: list[Question]
+    docs: list[Doc]
+    own: dict[str, list[Doc]]
+    """entity_id -> its passages and its anchors' passages."""
+    family: dict[str, list[str]]
+    """entity_id -> its near-duplicates' ids."""
+    drills: list[Question]
+    """The questions a reading drill asks: direct facts and visual looks."""
 
 
-def _distractor(world: ReaderWorld, entity: Entity, asked: tuple[str, ...], rng: random.Random) -> Passage:
-    """Another passage: of the entity itself (not an asked relation), of a near-duplicate, or of anyone."""
-    draw = rng.random()
-    family = [e for e in world.families[entity.family] if e is not entity]
-    if draw < 0.3:
-        other_relations = [r for r in RELATIONS if r not in asked]
-        choice = rng.randrange(len(other_relations) + 2)
-        if choice < len(other_relations):
-            text = world.wording.fact(entity, other_relations[choice], rng)
-        elif choice == len(other_relations):
-            text = world.wording.aside(entity, rng)
+def reader_world(num_entities: int, seed: int) -> ReaderWorld:
+    """World v3 of `num_entities` drawn from `seed`; every split's questions are the reader's."""
+    world = make_world_v3(num_entities, seed)
+    by_title: dict[str, list[Doc]] = {}
+    for doc in world.docs:
+        by_title.setdefault(doc.title, []).append(doc)
+    own: dict[str, list[Doc]] = {}
+    for entity in world.entities:
+        docs = [doc for doc in world.docs if doc.entity_id == entity.entity_id]
+        anchors = {anchor for doc in docs for anchor in _anchors(doc.text)}
+        own[entity.entity_id] = docs + [d for anchor in sorted(anchors) for d in by_title.get(anchor, [])
+                                        if d.entity_id == ""]
+    families: dict[int, list[str]] = {}
+    for entity in world.entities:
+        families.setdefault(entity.family, []).append(entity.entity_id)
+    family = {e.entity_id: [i for i in families[e.family] if i != e.entity_id] for e in world.entities}
+    questions = [q for split in world.questions.values() for q in split]
+    drills = [q for q in questions if q.kind == VISUAL
+              or (q.kind == ONE_FACT and demand_of(q.question).attribute is None)]
+    return ReaderWorld(questions, world.docs, own, family, drills)
+
+
+def _anchors(text: str) -> list[str]:
+    found = [anchor for relation in RELATIONS if (anchor := linked_anchor(relation, text)) is not None]
+    _, _, look_anchor = described_look(text)
+    return found + ([look_anchor] if look_anchor else [])
+
+
+def _stated_alone(question: Question, text: str) -> str | None:
+    """What one passage, read alone, states for `question` (a link without its anchor states nothing)."""
+    demand = demand_of(question.question)
+    if demand.attribute is not None:
+        return read_attribute(demand.attribute, [text])
+    return stated_fact(demand.relations[0], text)
+
+
+def misleading_passages(world: ReaderWorld, question: Question) -> list[Doc]:
+    """The pictured entity's passages that state a wrong answer to `question` (superseded statements, old looks)."""
+    return [doc for doc in world.own[question.entity_id]
+            if (stated := _stated_alone(question, doc.text)) is not None and stated != question.answers[0]]
+
+
+def _says_nothing_of(question: Question, doc: Doc) -> bool:
+    """A passage of the pictured entity that neither states nor links what a fact question asks."""
+    relation = demand_of(question.question).relations[0]
+    return (doc.doc_id not in question.gold_doc_ids and stated_fact(relation, doc.text) is None
+            and linked_anchor(relation, doc.text) is None)
+
+
+def _distractor(world: ReaderWorld, question: Question, exclude: set[str], rng: random.Random) -> Doc:
+    """A passage that does not answer the question: (fact questions) one of the entity's own on another subject,
+    a near-duplicate's, or any other entity's or landmark's."""
+    own = world.own[question.entity_id]
+    own_ids = {doc.doc_id for doc in own}
+    fact_question = demand_of(question.question).attribute is None
+    family = world.family[question.entity_id]
+    for _ in range(100):
+        draw = rng.random()
+        if draw < 0.25 and fact_question:
+            doc = rng.choice(own)
+            if not _says_nothing_of(question, doc):
+                continue
+        elif draw < 0.55 and family:
+            doc = rng.choice(world.own[rng.choice(family)])
         else:
-            text = world.wording.caption(entity, rng)
-        return Passage(text, DISTRACTOR)
-    other = rng.choice(family) if family and draw < 0.6 else rng.choice(world.entities)
-    while other is entity:
-        other = rng.choice(world.entities)
-    relation = rng.choice(list(RELATIONS))
-    text = world.wording.fact(other, relation, rng) if rng.random() < 0.8 else world.wording.aside(other, rng)
-    return Passage(text, DISTRACTOR)
+            doc = rng.choice(world.docs)
+        if doc.doc_id in exclude or (doc.doc_id in own_ids and not (fact_question and _says_nothing_of(question, doc))):
+            continue
+        return doc
+    raise ValueError(f"no distractor found for question {question.id}")
 
 
-def _wrong_value(world: ReaderWorld, entity: Entity, relation: str, rng: random.Random) -> str:
-    while True:
-        value = rng.choice(world.entities).facts[relation]
-        if value != entity.facts[relation]:
-            return value
-
-
-def misleading_passage(world: ReaderWorld, entity: Entity, relation: str, rng: random.Random) -> Passage:
-    """A passage naming and describing `entity` that states another entity's value for `relation`."""
-    wrong = _wrong_value(world, entity, relation, rng)
-    impostor = dataclasses.replace(entity, facts={**entity.facts, relation: wrong})
-    return Passage(world.wording.fact(impostor, relation, rng), MISLEADING, relation, wrong)
-
-
-def gold_passage(world: ReaderWorld, entity: Entity, relation: str, rng: random.Random) -> Passage:
-    return Passage(world.wording.fact(entity, relation, rng), GOLD, relation, entity.facts[relation])
-
-
-def ask(entity: Entity, kind: str, rng: random.Random) -> tuple[str, tuple[str, ...], str]:
-    """(question, asked relations, true answer) of `kind` about `entity`, in the dataset's question wording."""
-    if kind == VISUAL:
-        attribute = rng.choice(list(VISUAL_TEMPLATES))
-        return rng.choice(VISUAL_TEMPLATES[attribute]), (), getattr(entity, attribute)
-    if kind == ONE_FACT:
-        relation = rng.choice(list(RELATIONS))
-        return rng.choice(ONE_FACT_TEMPLATES[relation]), (relation,), entity.facts[relation]
-    first, second = rng.sample(list(RELATIONS), 2)
-    return (two_fact_question(first, second, rng.choice(TWO_FACT_TEMPLATES)), (first, second),
-            two_fact_answer(entity.facts[first], entity.facts[second]))
-
-
-def build_case(world: ReaderWorld, entity: Entity, kind: str, rng: random.Random, distractors: int,
-               gold: bool = True, misleading: bool = False, gold_position: int | None = None,
+def build_case(world: ReaderWorld, question: Question, rng: random.Random, distractors: int, gold: bool = True,
+               misleading: bool = False, gold_position: int | None = None,
                misleading_first: bool | None = None) -> ReaderCase:
-    """One case: `distractors` other passages, the gold passage(s) (when `gold`) and a misleading one (when
-    `misleading`, fact questions only), shuffled; `gold_position` (0-based) pins the first gold passage,
-    `misleading_first` orders the misleading passage before or after it."""
-    question, relations, truth = ask(entity, kind, rng)
-    passages = [_distractor(world, entity, relations, rng) for _ in range(distractors)]
-    rng.shuffle(passages)
-    golds = [gold_passage(world, entity, r, rng) for r in relations] if gold else []
-    for passage in golds:
-        position = rng.randint(0, len(passages)) if gold_position is None else min(gold_position, len(passages))
-        passages.insert(position, passage)
-        gold_position = None
-    if misleading and relations:
-        wrong = misleading_passage(world, entity, rng.choice(relations), rng)
+    """One case of `question`: `distractors` passages that do not answer it, its gold passages (when `gold`) and,
+    when `misleading` and the entity has one, a passage stating a wrong answer; shuffled. `gold_position`
+    (0-based) pins the first gold passage, `misleading_first` puts the misleading one just before or after it."""
+    by_id = {doc.doc_id: doc for doc in world.own[question.entity_id]}
+    golds = [by_id[i] for i in question.gold_doc_ids if i in by_id] if gold else []
+    wrongs = misleading_passages(world, question)
+    wrong = rng.choice(wrongs) if misleading and wrongs else None
+    exclude = {d.doc_id for d in golds} | {d.doc_id for d in wrongs}
+    passages: list[Doc] = []
+    while len(passages) < distractors:
+        doc = _distractor(world, question, exclude, rng)
+        exclude.add(doc.doc_id)
+        passages.append(doc)
+    for index, doc in enumerate(golds):
+        pinned = gold_position is not None and index == 0
+        passages.insert(min(gold_position, len(passages)) if pinned else rng.randint(0, len(passages)), doc)
+    if wrong is not None:
         if misleading_first is None or not golds:
             passages.insert(rng.randint(0, len(passages)), wrong)
         else:
-            anchor = passages.index(golds[0])
-            passages.insert(anchor if misleading_first else anchor + 1, wrong)
-    return ReaderCase(world.view(entity, rng), question, kind, passages, truth, relations)
+            at = passages.index(golds[0])
+            passages.insert(at if misleading_first else at + 1, wrong)
+    misleading_value = None if wrong is None else _stated_alone(question, wrong.text)
+    image = question.image
+    return ReaderCase(image, question, passages, set(by_id), misleading_value)
 
 
-KIND_WEIGHTS = {VISUAL: 0.25, ONE_FACT: 0.55, TWO_FACT: 0.2}
+KIND_WEIGHTS = {VISUAL: 0.3, ONE_FACT: 0.4, TWO_FACT: 0.3}
 NO_EVIDENCE_RATE = 0.15
-GOLD_RATE = 0.85
-MISLEADING_RATE = 0.25
+GOLD_RATE = 0.8
+MISLEADING_RATE = 0.3
 MAX_DISTRACTORS = 5
 
 
+DRILL_DISTRACTORS = 2
+
+
+def drill_case(world: ReaderWorld, rng: random.Random) -> ReaderCase:
+    """A reading drill: a direct fact with its gold passage among 0..`DRILL_DISTRACTORS` others, or a visual
+    question with no evidence; the strongest signal for learning to copy a value and to read the picture."""
+    question = rng.choice(world.drills)
+    if question.kind == VISUAL:
+        return build_case(world, question, rng, distractors=0)
+    return build_case(world, question, rng, distractors=rng.randint(0, DRILL_DISTRACTORS))
+
+
 def sample_case(world: ReaderWorld, rng: random.Random) -> ReaderCase:
-    """A fitting case: kind by `KIND_WEIGHTS`; no evidence at `NO_EVIDENCE_RATE`; else 0..`MAX_DISTRACTORS`
-    distractors, the gold passages at `GOLD_RATE`, a misleading passage at `MISLEADING_RATE`, at random places."""
-    entity = rng.choice(world.entities)
-    kind = rng.choices(list(KIND_WEIGHTS), weights=list(KIND_WEIGHTS.values()))[0]
+    """A fitting case of a random question: no evidence at `NO_EVIDENCE_RATE`; else 0..`MAX_DISTRACTORS`
+    distractors, the gold passages at `GOLD_RATE`, a misleading passage (where the entity has one) at
+    `MISLEADING_RATE`, at random places."""
+    question = rng.choice(world.questions)
     if rng.random() < NO_EVIDENCE_RATE:
-        return build_case(world, entity, kind, rng, distractors=0, gold=False)
-    return build_case(world, entity, kind, rng, distractors=rng.randint(0, MAX_DISTRACTORS),
+        return build_case(world, question, rng, distractors=0, gold=False)
+    return build_case(world, question, rng, distractors=rng.randint(0, MAX_DISTRACTORS),
                       gold=rng.random() < GOLD_RATE, misleading=rng.random() < MISLEADING_RATE)
