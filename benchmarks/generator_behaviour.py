@@ -2,7 +2,7 @@
 the `hf_classifier` reward (`zoo:reward-classifier`) departs from exact match.
 
 The reader is run through `build_generator` exactly as a training job runs it (`generator.backend: hf`, its
-prompt, its evidence bound) on cases of a world neither model was fitted on (`mmrag.zoo.reader_behaviour`):
+prompt, its evidence bound) on cases of a world v3 neither model was fitted on (`mmrag.zoo.reader_behaviour`):
 accuracy (exact match against the entity's true answer) against the number of distractors, the gold passage's
 position, a misleading passage before or after the gold one or alone, and no evidence. The reward model scores
 the reader's own answers to a mixed sample of cases and labelled paraphrases and wrong answers of a held-out
@@ -33,22 +33,24 @@ RESULTS_JSON = Path(__file__).with_name("results") / "generator_behaviour.json"
 WORLD_SEED = 9100
 """The held-out world's seed: neither model's fitting world nor its build's held-out one."""
 REWARD_SEED = 9200
+HELD_OUT_ENTITIES = 40
 
 
 def measure(cache_dir: str, cases_per_condition: int, mixed_cases: int, seed: int) -> dict:
     generator_cfg = GeneratorConfig(backend="hf", model="zoo:tiny-lvlm-reader")
     generator = build_generator(generator_cfg, cache_dir)
     reward = build_reward(RewardConfig(backend="hf_classifier", model="zoo:reward-classifier"), cache_dir)
-    world = reader_world(60, WORLD_SEED + seed, 2)
+    world = reader_world(HELD_OUT_ENTITIES, WORLD_SEED + seed)
 
     def answer(cases):
-        return generator.answer([c.image for c in cases], [c.question for c in cases], [c.documents for c in cases])
+        return generator.answer([c.image for c in cases], [c.question.question for c in cases],
+                                [c.documents for c in cases])
 
     table = behaviour_table(answer, world, cases_per_condition, seed)
     rng = random.Random(seed)
     mixed = [sample_case(world, rng) for _ in range(mixed_cases)]
     answers = answer(mixed)
-    scores = reward.score([c.question for c in mixed], answers, [[c.truth] for c in mixed])
+    scores = reward.score([c.question.question for c in mixed], answers, [[c.truth] for c in mixed])
     exact = [exact_match(a, [c.truth]) for a, c in zip(answers, mixed)]
     accepted = [s >= 0.5 for s in scores]
     judged = judged_examples(HELDOUT_ENTITIES, REWARD_SEED + seed, 1000)
@@ -86,7 +88,7 @@ def report(figures: dict) -> str:
         f"Machine: {figures['machine']}. `python -m benchmarks.generator_behaviour`: `generator.backend: hf` with "
         f"`zoo:tiny-lvlm-reader` (evidence bound {figures['max_evidence_tokens']} tokens) on held-out cases of a world "
         "neither model was fitted on; accuracy is exact match against the true answer, `misled` the share of "
-        "answers that are the misleading passage's value.",
+        "answers that are the superseded statement's value.",
         markdown_table(["group", "condition", "cases", "accuracy", "misled"], rows),
         "`reward.backend: hf_classifier` with `zoo:reward-classifier`: its accept decision (score >= 0.5) against "
         "exact match; on the labelled candidates also its errors against the labels (paraphrases count as right; "

@@ -61,7 +61,7 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("tiny-lvlm", "mmrag.zoo.tiny_lvlm:build_tiny_lvlm", "",
                  "random tiny Qwen2-VL with a locally trained tokenizer"),
         ZooModel("tiny-lvlm-captioner", "mmrag.zoo.fit_captioner:build_tiny_lvlm_captioner", "",
-                 "tiny-lvlm fitted to describe images as search queries (world v1)", revision=2, needs=("tiny-lvlm-reader",)),
+                 "tiny-lvlm fitted to describe images as search queries (world v1)", revision=2, needs=("tiny-lvlm",)),
         ZooModel("tiny-clip-v2", "mmrag.zoo.fit_clip:build_tiny_clip_v2", "open_clip_model.safetensors",
                  "tiny-clip refitted on generic caption-passage pairs in world v2's vocabulary, not its KB templates",
                  needs=("tiny-clip",)),

@@ -41,8 +41,11 @@ def accuracy(pairs) -> float:
     return sum(exact_match(answer, [case.truth]) for answer, case in pairs) / len(pairs)
 
 
-def test_passages_past_the_evidence_bound_are_left_out_whole(reader):
-    tokenizer = reader.processor.tokenizer
+def test_passages_past_the_evidence_bound_are_left_out_whole(zoo_dir):
+    from mmrag.model_refs import resolve
+    from mmrag.models.lvlm import load_processor
+
+    tokenizer = load_processor(resolve("zoo:tiny-lvlm", zoo_dir)).tokenizer
     documents = ["Vel Narok, a red circle, dates from 1843.", "Vel Narok sits in Talo.", "An aside about Vel Narok."]
     first_two = len(tokenizer("1. Vel Narok, a red circle, dates from 1843.\n2. Vel Narok sits in Talo.\n",
                               add_special_tokens=False)["input_ids"])

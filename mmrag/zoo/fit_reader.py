@@ -31,10 +31,10 @@ FIT_ENTITIES = 120
 HELDOUT_ENTITIES = 60
 WORLD_SEED_OFFSET = 5000
 HELDOUT_SEED_OFFSET = 5500
-STEPS = 300
-BATCH_SIZE = 12
-LEARNING_RATE = 4e-3
-DRILL_SHARE = 0.4
+STEPS = 1000
+BATCH_SIZE = 8
+LEARNING_RATE = 3e-3
+DRILL_SHARE = 0.5
 """Share of the steps, first, on reading drills: with the full mix from the start, 300 steps left the reader
 copying no value at all (it learned the answers' formats, not to read)."""
 HELDOUT_CASES_PER_CONDITION = 40

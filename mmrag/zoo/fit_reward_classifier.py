@@ -212,9 +212,8 @@ def classifier_from_lvlm(path: str, seed: int) -> Qwen2ForSequenceClassification
 
 
 def build_reward_classifier(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS) -> dict:
-    """Fit a classifier warm-started from `WARM_START`'s decoder, save it, return fit and held-out agreement
-    figures."""
-    path = resolve(WARM_START, cache_dir, seed)
+    """Fit a classifier warm-started from the reader's decoder, save it, return fit and held-out agreement figures."""
+    path = resolve("zoo:tiny-lvlm-reader", cache_dir, seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     started = time.perf_counter()
     model = classifier_from_lvlm(path, seed)
