@@ -76,7 +76,7 @@ MODELS: dict[str, ZooModel] = {
                  "generator)", needs=("tiny-lvlm-captioner-v2",)),
         ZooModel("reward-classifier", "mmrag.zoo.fit_reward_classifier:build_reward_classifier", "",
                  "tiny Qwen2 sequence classifier judging an answer against its reference, paraphrases accepted "
-                 "(the hf_classifier reward)", needs=("tiny-lvlm-reader",)),
+                 "(the hf_classifier reward)", needs=("tiny-lvlm",)),
     )
 }
 

@@ -7,7 +7,7 @@ word, "built in 1843", "212 metres", a two-fact answer in the other order, other
 labelled correct; another entity's value, a near miss (a digit off, a near-duplicate's value), half a
 two-fact answer, another attribute word or a refusal labelled wrong. So its score departs from exact match
 on purpose (paraphrases pass) and by error (what it has not learned); both are measured on a held-out
-world (seed + 6500) and recorded in zoo.json. Its decoder and tokenizer start as `zoo:tiny-lvlm-reader`'s.
+world (seed + 6500) and recorded in zoo.json. It has `zoo:tiny-lvlm`'s tokenizer and widths, weights of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification, Qwen2VLForConditionalGeneration
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification, Qwen2VLConfig
 
 from mmrag.data.dataset import ONE_FACT, TWO_FACT, VISUAL
 from mmrag.data.question_kinds import (
@@ -43,14 +43,12 @@ FIT_ENTITIES = 400
 HELDOUT_ENTITIES = 80
 WORLD_SEED_OFFSET = 6000
 HELDOUT_SEED_OFFSET = 6500
-STEPS = 500
+STEPS = 2000
+"""Comparing two spans is learned late: the loss stays at chance (0.69) for the first ~400 steps."""
 BATCH_SIZE = 32
-LEARNING_RATE = 3e-3
+LEARNING_RATE = 1e-3
 HELDOUT_EXAMPLES = 2000
 KIND_WEIGHTS = {VISUAL: 0.35, ONE_FACT: 0.5, TWO_FACT: 0.15}
-WARM_START = "zoo:tiny-lvlm-reader"
-"""Whose decoder the classifier starts from: fitted from random weights, 500 steps left it at chance (loss 0.59);
-the reader has learned to match a question's subject in its passages and copy a value, what a judge compares."""
 RELATION_PHRASES = {"year": ("built in {v}", "in {v}", "the year {v}"), "city": ("in {v}", "the city of {v}"),
                     "architect": ("by {v}", "designed by {v}"), "height": ("{v} metres", "{v} m", "{v} metres tall")}
 """How an answer to a relation may be phrased around its value and still be right."""
@@ -190,14 +188,9 @@ def agreement_figures(scores: list[float], examples: list[Judged]) -> dict:
     }
 
 
-def classifier_from_lvlm(path: str, seed: int) -> Qwen2ForSequenceClassification:
-    """A Qwen2 sequence classifier whose decoder is the LVLM's language model at `path` (its one-logit head new).
-
-    Qwen2-VL's multimodal rotary embedding gives text alone (its three position ids equal) the plain rotary
-    embedding of the same frequencies, so the decoder carries over weight for weight.
-    """
-    lvlm = Qwen2VLForConditionalGeneration.from_pretrained(path)
-    text = lvlm.config.text_config
+def classifier_like(path: str, seed: int) -> Qwen2ForSequenceClassification:
+    """A new Qwen2 sequence classifier (one logit) with the widths and vocabulary of the LVLM's decoder at `path`."""
+    text = Qwen2VLConfig.from_pretrained(path).text_config
     config = Qwen2Config(
         vocab_size=text.vocab_size, hidden_size=text.hidden_size, intermediate_size=text.intermediate_size,
         num_hidden_layers=text.num_hidden_layers, num_attention_heads=text.num_attention_heads,
@@ -206,17 +199,15 @@ def classifier_from_lvlm(path: str, seed: int) -> Qwen2ForSequenceClassification
                                                          "rope_theta": text.rope_parameters["rope_theta"]},
         num_labels=1, pad_token_id=text.pad_token_id, eos_token_id=text.eos_token_id, tie_word_embeddings=False)
     torch.manual_seed(seed)
-    model = Qwen2ForSequenceClassification(config)
-    model.model.load_state_dict(lvlm.model.language_model.state_dict())
-    return model
+    return Qwen2ForSequenceClassification(config)
 
 
 def build_reward_classifier(out_dir: Path, cache_dir: str, seed: int, steps: int = STEPS) -> dict:
-    """Fit a classifier warm-started from the reader's decoder, save it, return fit and held-out agreement figures."""
-    path = resolve("zoo:tiny-lvlm-reader", cache_dir, seed)
+    """Fit a classifier of tiny-lvlm's widths and tokenizer, save it, return fit and held-out agreement figures."""
+    path = resolve("zoo:tiny-lvlm", cache_dir, seed)
     tokenizer = AutoTokenizer.from_pretrained(path)
     started = time.perf_counter()
-    model = classifier_from_lvlm(path, seed)
+    model = classifier_like(path, seed)
     examples = judged_examples(FIT_ENTITIES, seed + WORLD_SEED_OFFSET, steps * BATCH_SIZE)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=LEARNING_RATE, total_steps=steps, pct_start=0.1)
