@@ -101,8 +101,8 @@ def report(figures: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", default="~/.cache/mmrag/zoo", help="zoo cache (models built there if missing)")
-    parser.add_argument("--cases", type=int, default=100, help="held-out cases per condition")
-    parser.add_argument("--mixed-cases", type=int, default=300, help="fitting-mix cases the reward model scores")
+    parser.add_argument("--cases", type=int, default=40, help="held-out cases per condition")
+    parser.add_argument("--mixed-cases", type=int, default=160, help="fitting-mix cases the reward model scores")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args()
