@@ -224,6 +224,8 @@ class GeneratorConfig:
     """HF id or path of the LVLM (`hf` backend)."""
     prompt_template: str = "Evidence:\n{evidence}\nQuestion: {question}\nAnswer briefly."
     """User prompt; `{evidence}` and `{question}` are filled in."""
+    max_evidence_tokens: int = 192
+    """`hf` backend: evidence budget in tokens; passages past it are left out of the prompt (0: no bound)."""
     max_new_tokens: int = 16
     """Longest answer, in tokens."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

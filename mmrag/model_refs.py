@@ -20,7 +20,7 @@ import fcntl
 import importlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +71,27 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("visual-reader", "mmrag.zoo.fit_visual_reader:build_visual_reader", "",
                  "CNN reading colour, shape, texture and background off a picture (the grounded generator's eye)",
                  revision=3),
+        ZooModel("tiny-lvlm-reader", "mmrag.zoo.fit_reader:build_tiny_lvlm_reader", "",
+                 "tiny-lvlm-captioner-v2 fitted to answer from the picture and the passages it is given (the hf "
+                 "generator)", needs=("tiny-lvlm-captioner-v2",)),
+        ZooModel("reward-classifier", "mmrag.zoo.fit_reward_classifier:build_reward_classifier", "",
+                 "tiny Qwen2 sequence classifier judging an answer against its reference, paraphrases accepted "
+                 "(the hf_classifier reward)", needs=("tiny-lvlm",)),
     )
 }
+
+
+def models_referenced(refs: Iterable[str]) -> list[str]:
+    """The zoo models `refs` name as `zoo:NAME`, with the models each needs, in registry order (`build_models`
+    builds each chain of needs in its own worker)."""
+    wanted: set[str] = set()
+    pending = [ref[len(ZOO_PREFIX):] for ref in refs if isinstance(ref, str) and ref.startswith(ZOO_PREFIX)]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending.extend(_lookup(name).needs)
+    return [name for name in MODELS if name in wanted]
 
 
 @dataclass(frozen=True)

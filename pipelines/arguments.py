@@ -58,8 +58,11 @@ def synth_arguments(parser: argparse.ArgumentParser) -> None:
 
 def zoo_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_options(parser)
-    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(MODELS), default=list(MODELS),
-                        help=f"models to build (default: all of {', '.join(MODELS)})")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--only", nargs="+", metavar="NAME", choices=list(MODELS),
+                       help="models to build (default: those the config names as zoo:NAME, with the models they "
+                            f"start from); one or more of {', '.join(MODELS)}")
+    which.add_argument("--all", action="store_true", help="build every model of the zoo")
     parser.add_argument("--rebuild", action="store_true", help="build again even when a cached build exists")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="processes building at once, each model once the models it starts from are built "

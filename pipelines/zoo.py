@@ -1,7 +1,8 @@
 """Build (or find) the tiny offline models that `zoo:NAME` references point to.
 
-Every model is built once into the config's `zoo.cache_dir` with `zoo.seed` and reused
-afterwards; `--rebuild` replaces it. The table shows each model's path, whether it was
+The models built are those the config names (every `zoo:NAME` in it, with the models they start
+from), `--only NAME ...` or `--all`. Each is built once into the config's `zoo.cache_dir` with
+`zoo.seed` and reused afterwards; `--rebuild` replaces it. The table shows each model's path, whether it was
 built now or found in the cache, and its figures (held-out accuracies of fitted models).
 Independent chains of fits build in parallel processes (`--workers`).
 """
@@ -11,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmrag.model_refs import ZooError
-from mmrag.zoo.parallel_build import build_models, default_workers
+from mmrag.config import config_to_dict
+from mmrag.model_refs import MODELS, ZooError, models_referenced
 from mmrag.pipelines.options import config_from_args, run_main
-
+from mmrag.zoo.parallel_build import build_models, default_workers
 
 
 def _figure_summary(figures: dict, prefix: str = "") -> str:
@@ -28,14 +29,24 @@ def _figure_summary(figures: dict, prefix: str = "") -> str:
     return ", ".join(part for part in parts if part)
 
 
+def _strings(value) -> list[str]:
+    """Every string in a nested config dict."""
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
+    names = list(MODELS) if args.all else args.only or models_referenced(_strings(config_to_dict(cfg)))
     workers = default_workers() if args.workers is None else args.workers
     if workers < 1:
         print(f"zoo error: --workers: expected at least 1, got {workers}", file=sys.stderr)
         return 2
     try:
-        builds = build_models(args.only, cfg.zoo.cache_dir, cfg.zoo.seed, rebuild=args.rebuild, workers=workers)
+        builds = build_models(names, cfg.zoo.cache_dir, cfg.zoo.seed, rebuild=args.rebuild, workers=workers)
     except ZooError as exc:
         print(f"zoo error: {exc}", file=sys.stderr)
         return 2

@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2VLForConditionalGeneration
 
-from mmrag.model_refs import MANIFEST_FILE, MODELS, ZooError, ZooModel, ensure_built, read_manifest, resolve
+from mmrag.model_refs import (MANIFEST_FILE, MODELS, ZooError, ZooModel, ensure_built, models_referenced, read_manifest,
+                              resolve)
 from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
 from mmrag.models.lvlm import load_lvlm
 from mmrag.zoo import fit_captioner, fit_clip
@@ -194,3 +195,11 @@ def test_captioner_fit_lowers_assistant_loss(zoo_dir):
     assert len(examples) == 6 * (1 + 8)
     losses = fit_captioner.fit(model, processor, examples, steps=12, seed=0, batch_size=8)
     assert sum(losses[-3:]) / 3 < 0.8 * losses[0]
+
+
+def test_mmrag_zoo_builds_the_models_a_config_names_with_what_they_start_from():
+    assert models_referenced(["zoo:tiny-lvlm-captioner-v2", "open_clip:ViT-B-32", "", "zoo:visual-reader"]) == [
+        "tiny-lvlm", "tiny-lvlm-captioner", "tiny-lvlm-captioner-v2", "visual-reader"]
+    assert models_referenced(["zoo:reward-classifier"]) == ["tiny-lvlm", "reward-classifier"]
+    with pytest.raises(ZooError, match="nope"):
+        models_referenced(["zoo:nope"])

@@ -19,7 +19,42 @@ def format_evidence(documents: list[str]) -> str:
     """Documents as numbered lines ("1. ...", "2. ..."), or "(none)" for an empty selection."""
     if not documents:
         return NO_EVIDENCE
-    return "\n".join(f"{rank}. {text}" for rank, text in enumerate(documents, start=1))
+    return "\n".join(evidence_lines(documents))
+
+
+def evidence_lines(documents: list[str]) -> list[str]:
+    return [f"{rank}. {text}" for rank, text in enumerate(documents, start=1)]
+
+
+def bounded_evidence(tokenizer, documents: list[str], max_tokens: int) -> list[str]:
+    """The leading documents whose numbered lines fit in `max_tokens` tokens together (all when it is 0).
+
+    A passage that would cross the bound is left out whole, and every one after it: a reader with a
+    bounded context never sees a passage ranked past it, nor half a passage.
+    """
+    if max_tokens < 0:
+        raise ValueError(f"generator.max_evidence_tokens: expected >= 0, got {max_tokens}")
+    if max_tokens == 0 or not documents:
+        return list(documents)
+    # Each line is followed by a newline in the prompt: count it with the line.
+    lengths = [len(ids) for ids in tokenizer([f"{line}\n" for line in evidence_lines(documents)],
+                                              add_special_tokens=False)["input_ids"]]
+    kept, used = 0, 0
+    while kept < len(documents) and used + lengths[kept] <= max_tokens:
+        used += lengths[kept]
+        kept += 1
+    return list(documents[:kept])
+
+
+def generator_prompt(cfg: GeneratorConfig, tokenizer, question: str, documents: list[str]) -> str:
+    """The user prompt the `hf` generator answers: `cfg.prompt_template` with the question and the evidence
+    that fits `cfg.max_evidence_tokens`, numbered. The zoo reader is fitted on exactly these prompts."""
+    return fill_prompt(
+        cfg.prompt_template,
+        "generator.prompt_template",
+        question=question,
+        evidence=format_evidence(bounded_evidence(tokenizer, documents, cfg.max_evidence_tokens)),
+    )
 
 
 class LVLMGenerator:
@@ -30,6 +65,8 @@ class LVLMGenerator:
         self.processor = processor
         self.cfg = cfg
         fill_prompt(cfg.prompt_template, "generator.prompt_template", question="", evidence="")
+        if cfg.max_evidence_tokens < 0:
+            raise ValueError(f"generator.max_evidence_tokens: expected >= 0, got {cfg.max_evidence_tokens}")
 
     @classmethod
     def load(cls, cfg: GeneratorConfig, cache_dir: str, device: str = "cpu") -> LVLMGenerator:
@@ -40,12 +77,7 @@ class LVLMGenerator:
         return cls(model, processor, cfg)
 
     def prompt(self, question: str, documents: list[str]) -> str:
-        return fill_prompt(
-            self.cfg.prompt_template,
-            "generator.prompt_template",
-            question=question,
-            evidence=format_evidence(documents),
-        )
+        return generator_prompt(self.cfg, self.processor.tokenizer, question, documents)
 
     def answer(self, images: list[Image.Image | None], questions: list[str], evidence: list[list[str]]) -> list[str]:
         check_batch_lengths(images=images, questions=questions, evidence=evidence)

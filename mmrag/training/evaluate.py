@@ -13,6 +13,7 @@ import statistics
 from typing import TypeVar
 
 from mmrag.data.dataset import KINDS, Question
+from mmrag.metrics.answers import exact_match
 from mmrag.training.stages import QuestionTable, Stages
 
 T = TypeVar("T")
@@ -30,6 +31,7 @@ def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
     rewards = stages.score(table, rows, answers)
     return [
         {"id": q.id, "kind": q.kind, "question": q.question, "query": query, "answer": answer, "reward": float(reward),
+         "exact_match": exact_match(answer, q.answers),
          "retrieved": [h.doc_id for h in row], "selected": [row[j].doc_id for j in selection],
          "selected_titles": [row[j].title for j in selection],
          "gold": list(q.gold_doc_ids)}
@@ -58,6 +60,10 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         "docs_kept_mean": statistics.fmean(len(p["selected"]) for p in predictions),
         "query_words_mean": statistics.fmean(len(p["query"].split()) for p in predictions),
         **per_kind,
+        # A reward model's score can depart from exact match (paraphrases, its errors): both are reported
+        # (records written before they carried exact match have none).
+        **({"exact_match_mean": statistics.fmean(p["exact_match"] for p in predictions)}
+           if all("exact_match" in p for p in predictions) else {}),
     }
 
 
