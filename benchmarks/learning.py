@@ -88,13 +88,13 @@ def runs_for(aggregate: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     runs = {
         "local-reference": (LOCAL, "reward backprop, one process, no lag"),
         "component-level": ([*LOCAL, "train.method=component-level"], "each component on its gold labels, k on val"),
-        "shared-reward": ([*LOCAL, "train.credit=shared"], "raw leaf reward - batch mean, no tree"),
+        "shared-reward": ([*LOCAL, "experimental.credit=shared"], "raw leaf reward - batch mean, no tree"),
         f"aggregate-{other}": ([*LOCAL, f"train.aggregate={other}"], f"translator value: {other} of its leaves"),
         "translator-only": ([*LOCAL, "train.train_reranker=false"], "reranker frozen"),
         "reranker-only": ([*LOCAL, "train.train_translator=false"], "translator frozen"),
-        "reranker-only-shared": ([*LOCAL, "train.train_translator=false", "train.credit=shared"],
+        "reranker-only-shared": ([*LOCAL, "train.train_translator=false", "experimental.credit=shared"],
                                  "translator frozen, shared reward"),
-        "shuffled": ([*LOCAL, "train.shuffle_rewards=true", "train.export=last"],
+        "shuffled": ([*LOCAL, "experimental.shuffle_rewards=true", "train.export=last"],
                      "control: reward and price shuffled, last step exported"),
         "no-gate": ([*LOCAL, "reranker.gate=false"], "reward backprop, STOP alone"),
         "gate-regret": ([*LOCAL, "train.gate_gap_unit=null"], "gate's loss weighed by the regret"),
@@ -109,10 +109,10 @@ def async_pair(lag: int) -> dict[str, tuple[list[str], str]]:
     """`async-lagL` and `async-lagL-uncorrected` -> (config overrides, description): distributed at lag L, the
     off-policy correction on and off, nothing else apart."""
     return {
-        f"async-lag{lag}": ([*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=true"],
+        f"async-lag{lag}": ([*DISTRIBUTED, f"train.max_policy_lag={lag}", "experimental.off_policy_correction=true"],
                             f"distributed, lag {lag}, corrected"),
         f"async-lag{lag}-uncorrected": (
-            [*DISTRIBUTED, f"train.max_policy_lag={lag}", "train.off_policy_correction=false"],
+            [*DISTRIBUTED, f"train.max_policy_lag={lag}", "experimental.off_policy_correction=false"],
             f"distributed, lag {lag}, no correction"),
     }
 

@@ -282,9 +282,6 @@ class TrainConfig:
     """Update the adaptive reranker."""
     aggregate: Literal["mean", "max"] = "mean"
     """How a translator node's value aggregates its reranker children."""
-    credit: Literal["tree", "shared"] = "tree"
-    """Credit assignment: `tree`, reward backpropagation up the rollout tree (each node against its siblings);
-    `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean."""
     method: Literal["reward-backprop", "component-level"] = "reward-backprop"
     """`reward-backprop`: the rollout-tree trainer; `component-level`: the paper's contrast, each component fitted
     on its own gold labels (`mmrag.training.component_level`), in one process."""
@@ -298,8 +295,6 @@ class TrainConfig:
     """At most this many translator pairs per question."""
     reranker_loss: Literal["pl_policy", "pairwise"] = "pl_policy"
     """Local loss for the reranker."""
-    shuffle_rewards: bool = False
-    """Control experiment: permute each leaf's reward and document price together across the batch before backprop."""
     doc_cost: NonNegativeFloat = 0.02
     """Price of each document a selection keeps, subtracted from its leaf's value in credit assignment (never from a
     reported reward): among selections that answer alike, the one keeping fewer documents wins."""
@@ -311,9 +306,6 @@ class TrainConfig:
     out while the learner trains (distributed mode; `local-reference` always runs with 0)."""
     micro_batch_size: int = 2
     """Questions per rollout micro-batch: the unit that streams through the stage pools."""
-    off_policy_correction: bool = True
-    """Weight reranker examples drawn by an older policy version by their importance ratio
-    min(pi_now / pi_behaviour, importance_ratio_cap); false for the ablation."""
     importance_ratio_cap: float = 2.0
     """Truncation constant of the off-policy importance weight (>= 1; on-policy examples always weigh 1)."""
     behaviour_kl_coef: NonNegativeFloat = 0.03
@@ -334,6 +326,20 @@ class TrainConfig:
     loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
     """Experiment trackers beside metrics.jsonl: each gets every step's scalars and, at each evaluation, a sample of
     held-out rollouts (`trackers` section). wandb and mlflow need the extras `mmrag[wandb]`, `mmrag[mlflow]`."""
+
+
+@dataclass
+class ExperimentalConfig:
+    """Ablations and controls the research benchmarks switch: not part of the method; may change or go."""
+
+    credit: Literal["tree", "shared"] = "tree"
+    """Credit assignment: `tree`, reward backpropagation up the rollout tree (each node against its siblings);
+    `shared`, the ablation where every component gets its leaves' raw reward minus the batch mean."""
+    shuffle_rewards: bool = False
+    """Control: permute each leaf's reward and document price together across the batch before backprop."""
+    off_policy_correction: bool = True
+    """Weight reranker examples drawn by an older policy version by their truncated importance ratio; false: the
+    ablation without it."""
 
 
 @dataclass
@@ -531,6 +537,7 @@ class Config:
     pools: PoolsConfig = field(default_factory=PoolsConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
+    experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -23,7 +23,7 @@ def tree(kept_per_leaf: list[int]) -> Node:
 
 
 def test_the_shuffled_control_does_not_keep_an_intact_price_per_kept_document():
-    cfg = load_config(None, ["train.shuffle_rewards=true", "train.doc_cost=0.5"])
+    cfg = load_config(None, ["experimental.shuffle_rewards=true", "train.doc_cost=0.5"])
     roots = [tree([0, 1, 2, 3]), tree([4, 5, 6, 7])]
     score_trees(roots, cfg, random.Random(0))
     batch = [leaf for root in roots for leaf in leaves(root)]
@@ -44,8 +44,8 @@ def test_the_learning_benchmarks_shuffled_run_exports_its_last_step_not_its_best
     from benchmarks.learning import runs_for
 
     sets, _ = runs_for("mean")
-    shuffled = load_config(ROOT / "mmrag/configs/local.yaml", sets["shuffled"]).train
-    assert shuffled.shuffle_rewards
-    assert shuffled.export == "last", "best_val may export step 0, the untrained weights: a pass by construction"
+    shuffled = load_config(ROOT / "mmrag/configs/local.yaml", sets["shuffled"])
+    assert shuffled.experimental.shuffle_rewards
+    assert shuffled.train.export == "last", "best_val may export step 0, the untrained weights: a pass by construction"
     reference = load_config(ROOT / "mmrag/configs/local.yaml", sets["local-reference"]).train
     assert reference.export == "best_val", "only the control gives up the val choice"

@@ -23,7 +23,7 @@ def write_job(runs_dir, run, seed, credit, examples, rewards, test_reward, finis
         records.append({"step": step, "leaves": 256, "reward_mean": reward, "reranker": reranker,
                         **({"translator": {"examples": 10}} if "reranker-only" not in run else {})})
     (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (directory / "config.json").write_text(json.dumps({"train": {"credit": credit},
+    (directory / "config.json").write_text(json.dumps({"experimental": {"credit": credit},
                                                        "reranker": {"num_samples": 8, "gate": True}}))
     (directory / "eval_test" / "metrics.json").write_text(
         json.dumps({"settings": {"trained": {"reward_mean": test_reward}}, "by_kind": {"trained": {}}}))
@@ -35,7 +35,7 @@ def write_job(runs_dir, run, seed, credit, examples, rewards, test_reward, finis
 def test_each_pair_differs_in_the_credit_alone_in_benchmark_learning():
     sets, _ = runs_for("mean")
     for shared, tree in credit_signal.PAIRS:
-        assert sets[shared] == [*sets[tree], "train.credit=shared"]
+        assert sets[shared] == [*sets[tree], "experimental.credit=shared"]
 
 
 def test_signal_per_phase_and_shared_minus_tree_paired_by_seed(tmp_path):
@@ -60,7 +60,7 @@ def test_signal_per_phase_and_shared_minus_tree_paired_by_seed(tmp_path):
 
 def test_a_job_trained_with_the_other_credit_is_refused(tmp_path):
     write_job(tmp_path, "shared-reward", 0, "tree", [224], [0.5], 0.8)
-    with pytest.raises(SystemExit, match="train.credit=tree, not shared"):
+    with pytest.raises(SystemExit, match="experimental.credit=tree, not shared"):
         measure(tmp_path, phase=100)
 
 

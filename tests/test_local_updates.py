@@ -94,8 +94,8 @@ def test_reranker_policy_loss_on_policy_by_hand_with_importance_ratio_exactly_on
 def test_stale_reranker_selections_are_weighted_by_their_truncated_ratio(reranker, correction):
     # Drawn by version 1; the learner is at version 2. Since then (0,) became 3x and () 0.5x as likely.
     tree = reranker_tree(version=1, behaviour_logprobs=(LOGPROB_FIRST - math.log(3.0), LOGPROB_EMPTY + math.log(2.0)))
-    cfg = TrainConfig(off_policy_correction=correction, importance_ratio_cap=RATIO_CAP, behaviour_kl_coef=0.0)
-    local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2)
+    cfg = TrainConfig(importance_ratio_cap=RATIO_CAP, behaviour_kl_coef=0.0)
+    local = reranker_loss(reranker, [tree], cfg, TEMPERATURE, policy_version=2, off_policy_correction=correction)
     weights = (2.0, 0.5) if correction else (1.0, 1.0)  # ratio 3 truncated at the cap 2
     expected = -(weights[0] * 0.5 * LOGPROB_FIRST - weights[1] * 0.5 * LOGPROB_EMPTY) / 2
     assert local.loss.item() == pytest.approx(expected, abs=1e-5)

@@ -18,8 +18,8 @@ def test_each_corrected_run_has_an_uncorrected_twin_that_differs_only_in_the_cor
                           "async-lag8-kl1-uncorrected"]
     for corrected in ("async-lag4", "async-lag8", "async-lag8-rr3e-2", "async-lag8-kl1"):
         on, off = set(runs[corrected]), set(runs[corrected + "-uncorrected"])
-        assert on - off == {"train.off_policy_correction=true"}
-        assert off - on == {"train.off_policy_correction=false"}
+        assert on - off == {"experimental.off_policy_correction=true"}
+        assert off - on == {"experimental.off_policy_correction=false"}
     assert "reranker.lr=3e-2" in runs["async-lag8-rr3e-2"]
     assert set(runs["async-lag8-kl1"]) - set(runs["async-lag8"]) == {"train.behaviour_kl_coef=1"}
     assert "train.max_policy_lag=4" in runs["async-lag4-uncorrected"]

@@ -144,7 +144,8 @@ def loss_functions(cfg: Config, translator: QueryTranslator,
                    reranker: AdaptiveReranker) -> dict[str, Callable[..., LocalLoss]]:
     """Each component's local loss as `loss(roots, policy_version=...)`."""
     return {"translator": partial(translator_loss, translator, cfg=cfg.train),
-            "reranker": partial(reranker_loss, reranker, cfg=cfg.train, temperature=cfg.reranker.temperature)}
+            "reranker": partial(reranker_loss, reranker, cfg=cfg.train, temperature=cfg.reranker.temperature,
+                                off_policy_correction=cfg.experimental.off_policy_correction)}
 
 
 def trainable_parameters(translator: QueryTranslator, reranker: AdaptiveReranker) -> dict[str, list]:

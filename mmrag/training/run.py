@@ -49,14 +49,14 @@ class QuestionCursor:
 
 def score_trees(roots: list[Node], cfg: Config, rng: random.Random) -> None:
     """Reward backprop: each selection's price (`train.doc_cost` per kept document), the optional shuffle of
-    reward and price together (control), node values, sibling advantages (or, with `train.credit: shared`, the
+    reward and price together (control), node values, sibling advantages (or, with `experimental.credit: shared`, the
     shared-reward ablation's values and batch-baseline advantages)."""
     for root in roots:
         for leaf in leaves(root):
             leaf.cost = cfg.train.doc_cost * len(leaf.output)
-    if cfg.train.shuffle_rewards:
+    if cfg.experimental.shuffle_rewards:
         shuffle_leaf_rewards(roots, rng)
-    if cfg.train.credit == "shared":
+    if cfg.experimental.credit == "shared":
         shared_reward_credit(roots)
         return
     for root in roots:

@@ -141,7 +141,8 @@ def behaviour_logprobs(nodes: list[Node], logprobs: torch.Tensor, policy_version
     return torch.where(on_policy, current, torch.tensor(behaviour, dtype=current.dtype, device=current.device))
 
 
-def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tensor | None, dict[str, float]]:
+def _importance(log_ratios: torch.Tensor, cfg: TrainConfig,
+                correct: bool) -> tuple[torch.Tensor | None, dict[str, float]]:
     """(loss weights, or None with the correction off; the ratio statistics, logged either way)."""
     weights, ratios = truncated_importance_weights(log_ratios, cfg.importance_ratio_cap)
     if not ratios.numel():  # only the gate's queries carry signal
@@ -149,7 +150,7 @@ def _importance(log_ratios: torch.Tensor, cfg: TrainConfig) -> tuple[torch.Tenso
     stats = {"importance_ratio_mean": float(ratios.mean()),
              "importance_ratio_std": float(ratios.std(unbiased=False)),
              "importance_ratio_truncated": float((ratios > cfg.importance_ratio_cap).float().mean())}
-    return (weights if cfg.off_policy_correction else None), stats
+    return (weights if correct else None), stats
 
 
 def _with_behaviour_penalty(loss: torch.Tensor, logprobs: torch.Tensor, behaviour: torch.Tensor,
@@ -163,12 +164,12 @@ def _with_behaviour_penalty(loss: torch.Tensor, logprobs: torch.Tensor, behaviou
 
 
 def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfig, temperature: float,
-                  policy_version: int = 0) -> LocalLoss:
+                  policy_version: int = 0, off_policy_correction: bool = True) -> LocalLoss:
     """The reranker's local loss over a batch of scored trees, under the weights of `policy_version`.
 
     Nodes drawn by an older version (`Node.policy_version`) are off-policy experience: with
-    `train.off_policy_correction` each is weighted by its truncated importance ratio. With a retrieval gate the
-    loss averages the ranking's examples and the gate's queries (`gate_loss`) together; the gate's takes no ratio,
+    `off_policy_correction` (`experimental.off_policy_correction`) each is weighted by its truncated importance
+    ratio. With a retrieval gate the loss averages the ranking's examples and the gate's queries (`gate_loss`) together; the gate's takes no ratio,
     since both of its arms are evaluated on every query whatever the gate's probabilities were.
     """
     rows = reranker_rows(roots, cfg)
@@ -179,7 +180,7 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
                                candidates_of([t_node.payload["hits"] for _, t_node, *_ in rows]))
     logits, gate_logits = reranker.policy(batch)
     ranking = _ranking_loss(reranker, batch, logits, [examples for _, _, examples, _ in rows], cfg, temperature,
-                            policy_version)
+                            policy_version, off_policy_correction)
     if gate_logits is None:
         return ranking
     gated = [(row, gap) for row, (*_, gap) in enumerate(rows) if gap is not None]
@@ -194,7 +195,7 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
 
 
 def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, logits: torch.Tensor, examples: list[list],
-                  cfg: TrainConfig, temperature: float, policy_version: int) -> LocalLoss:
+                  cfg: TrainConfig, temperature: float, policy_version: int, off_policy_correction: bool) -> LocalLoss:
     """The ranking's loss over each row's examples (`reranker_rows`), from the batch's policy `logits`; its
     importance statistics are 1 and 0 when there are none, so that the stats keep their keys."""
     if cfg.reranker_loss == "pl_policy":
@@ -203,7 +204,7 @@ def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, logits: torch.
         logprobs = reranker.logprob(batch, [node.output for node in nodes], [row for row, _ in flat], temperature,
                                     logits)
         behaviour = behaviour_logprobs(nodes, logprobs, policy_version)
-        weights, stats = _importance(logprobs.detach() - behaviour, cfg)
+        weights, stats = _importance(logprobs.detach() - behaviour, cfg, off_policy_correction)
         advantages = torch.tensor([node.advantage for node in nodes], dtype=logprobs.dtype, device=logprobs.device)
         loss, penalty = _with_behaviour_penalty(pl_policy_loss(logprobs, advantages, weights), logprobs, behaviour,
                                                 cfg)
@@ -215,7 +216,7 @@ def _ranking_loss(reranker: AdaptiveReranker, batch: RerankBatch, logits: torch.
     chosen, rejected = logprobs[:len(flat)], logprobs[len(flat):]
     behaviour = behaviour_logprobs(nodes, logprobs, policy_version)
     log_ratios = logprobs.detach() - behaviour
-    weights, stats = _importance(log_ratios[:len(flat)] + log_ratios[len(flat):], cfg)
+    weights, stats = _importance(log_ratios[:len(flat)] + log_ratios[len(flat):], cfg, off_policy_correction)
     loss, penalty = _with_behaviour_penalty(pairwise_preference_loss(chosen, rejected, cfg.dpo_beta, weights),
                                             logprobs, behaviour, cfg)
     return LocalLoss(loss, len(flat), {**stats, **penalty, **preference_stats(chosen, rejected, cfg.dpo_beta)})

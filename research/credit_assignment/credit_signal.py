@@ -35,7 +35,7 @@ RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 """This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 RESULTS_JSON = Path(__file__).with_name("results") / "credit_signal.json"
 PAIRS = (("shared-reward", "local-reference"), ("reranker-only-shared", "reranker-only"))
-"""(run with `train.credit: shared`, the same run with `tree`): runs of `benchmarks.learning`, nothing else apart."""
+"""(run with `experimental.credit: shared`, the same run with `tree`): runs of `benchmarks.learning`, nothing else apart."""
 FIGURES = ("signal_fraction", "training_reward", "translator_pairs")
 
 
@@ -46,8 +46,9 @@ def seed_directories(runs_dir: Path, run: str, credit: str) -> list[tuple[int, P
         if not (directory / "job.json").is_file():
             continue
         config = json.loads((directory / "config.json").read_text())
-        if config["train"]["credit"] != credit:
-            raise SystemExit(f"{directory}: trained with train.credit={config['train']['credit']}, not {credit} as "
+        trained_with = config["experimental"]["credit"]
+        if trained_with != credit:
+            raise SystemExit(f"{directory}: trained with experimental.credit={trained_with}, not {credit} as "
                              f"run {run} must")
         found.append((int(directory.name.removeprefix("seed-")), directory, config))
     return found
@@ -131,7 +132,7 @@ def report(rows: list[dict], tests: list[dict], pairs: list[dict], phase: int) -
         f"Machine: {machine()}. `python -m research.credit_assignment.credit_signal --phase {phase}`: read from the "
         "job directories "
         f"of `benchmarks.learning`'s runs, seeds {', '.join(map(str, seeds))}; nothing is trained here. Each pair "
-        "differs in `train.credit` alone (shared, tree), which with `train.aggregate: mean` changes only the "
+        "differs in `experimental.credit` alone (shared, tree), which with `train.aggregate: mean` changes only the "
         "ranking's baseline (`mmrag.rl.rollout.shared_reward_credit`). Test: greedy reward of the export on the "
         f"test split. Per phase of {phase} steps, mean ± std over seeds of each step's figures: `signal` the "
         "fraction of the ranking's draws with a non-zero advantage (the gate's skip arms and queries apart), "

@@ -3,7 +3,7 @@
 Not a test: `python -m research.off_policy.async_correction [--config CFG] [--set ...]` from the repository root,
 with the config's dataset and index built and the fixed baselines measured (`benchmarks.baselines`;
 `benchmarks.learning` needs them). It trains and evaluates, with `benchmarks.learning`'s jobs, only the
-distributed runs of issue 22 item 5: for each lag L of --lags, `async-lagL` (`train.off_policy_correction`
+distributed runs of issue 22 item 5: for each lag L of --lags, `async-lagL` (`experimental.off_policy_correction`
 on) and `async-lagL-uncorrected` (off), as `benchmarks.learning` defines them (it runs lags 4 and 8; any lag
 here), and for each --reranker-lr X the same pair at --probe-lag with
 `reranker.lr=X` (`async-lagL-rrX`), for each --behaviour-kl C with `train.behaviour_kl_coef=C` (`async-lagL-klC`),
@@ -167,7 +167,7 @@ def report(args: argparse.Namespace, records: list[dict], pairs: dict, probes: d
         f"time, one torch thread. Config "
         f"{config_in_words(args.config, args.set)}; {args.steps} steps of {args.questions_per_step} questions, "
         f"importance cap {args.cap}; seeds per run: {'; '.join(f'{run} {s}' for run, s in seeds.items())}. "
-        "Each pair's configs differ in `train.off_policy_correction` alone (same seed: same initialisation, "
+        "Each pair's configs differ in `experimental.off_policy_correction` alone (same seed: same initialisation, "
         "data order and sampling seeds); only the reranker's loss is weighted (the translator's DPO takes no ratio). "
         f"Test: greedy exact-match reward on {'; '.join(f'{q} questions from {e} entities' for q, e in counts)}; "
         f"val: {args.val_count} val questions every {args.eval_every} steps (curves in {args.plot.name}), "
