@@ -45,7 +45,8 @@ def run(local_task, name: str, *extra: str) -> dict:
 
 
 def test_reward_backprop_beats_untrained_and_shuffled_control(local_task):
-    real, shuffled = run_in_processes(run, (local_task, "real"), (local_task, "shuffled", "experimental.shuffle_rewards=true"))
+    real, shuffled = run_in_processes(run, (local_task, "real"),
+                                      (local_task, "shuffled", "experimental.shuffle_rewards=true"))
     assert real["initial"] == shuffled["initial"], "both runs start from the same untrained pipeline"
     gain = real["final"]["reward_mean"] - real["initial"]["reward_mean"]
     control_gain = shuffled["final"]["reward_mean"] - shuffled["initial"]["reward_mean"]

@@ -143,7 +143,8 @@ def test_a_price_per_kept_document_breaks_ties_toward_keeping_less_and_leaves_th
     assert advantages(free, "reranker") == [0.0, 0.0]
     for credit in ("tree", "shared"):
         priced = question()
-        score_trees([priced], load_config(None, ["train.doc_cost=0.05", f"experimental.credit={credit}"]), random.Random(0))
+        cfg = load_config(None, ["train.doc_cost=0.05", f"experimental.credit={credit}"])
+        score_trees([priced], cfg, random.Random(0))
         assert values(priced, "reranker") == pytest.approx([1.0, 0.9])
         assert advantages(priced, "reranker") == pytest.approx([0.05, -0.05])
         assert [leaf.reward for leaf in leaves(priced)] == [1.0, 1.0], "what is reported stays the reward model's"

@@ -169,8 +169,9 @@ def reranker_loss(reranker: AdaptiveReranker, roots: list[Node], cfg: TrainConfi
 
     Nodes drawn by an older version (`Node.policy_version`) are off-policy experience: with
     `off_policy_correction` (`experimental.off_policy_correction`) each is weighted by its truncated importance
-    ratio. With a retrieval gate the loss averages the ranking's examples and the gate's queries (`gate_loss`) together; the gate's takes no ratio,
-    since both of its arms are evaluated on every query whatever the gate's probabilities were.
+    ratio. With a retrieval gate the loss averages the ranking's examples and the gate's queries (`gate_loss`)
+    together; the gate's takes no ratio, since both of its arms are evaluated on every query whatever the gate's
+    probabilities were.
     """
     rows = reranker_rows(roots, cfg)
     if not rows:

@@ -35,7 +35,8 @@ RESULTS_MD = Path(__file__).with_name("RESULTS.md")
 """This study's results file: one section per run, as benchmarks/RESULTS.md keeps for the benchmarks."""
 RESULTS_JSON = Path(__file__).with_name("results") / "credit_signal.json"
 PAIRS = (("shared-reward", "local-reference"), ("reranker-only-shared", "reranker-only"))
-"""(run with `experimental.credit: shared`, the same run with `tree`): runs of `benchmarks.learning`, nothing else apart."""
+"""(run with `experimental.credit: shared`, the same run with `tree`): runs of `benchmarks.learning`, nothing else
+apart."""
 FIGURES = ("signal_fraction", "training_reward", "translator_pairs")
 
 
