@@ -30,7 +30,7 @@ from pathlib import Path
 import psutil
 import yaml
 
-from benchmarks.chaos import HANGABLE, VICTIMS, _continue
+from benchmarks.chaos import HANGABLE, _continue, actor_processes
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from mmrag.config import config_to_dict
@@ -42,19 +42,6 @@ RESULTS_JSON = Path(__file__).with_name("results") / "soak.json"
 RSS_POLL_S = 2.0
 """How often the driver's resident memory is sampled."""
 
-
-def _actor_processes(driver: psutil.Process) -> dict[int, str]:
-    """pid -> actor class of the driver's Ray actors (its local Ray's workers are its descendants)."""
-    found = {}
-    for process in driver.children(recursive=True):
-        try:
-            title = " ".join(process.cmdline())
-        except psutil.Error:
-            continue
-        kind = next((k for k in VICTIMS if title.startswith(f"ray::{k}")), None)
-        if kind:
-            found[process.pid] = kind
-    return found
 
 
 class Run:
@@ -84,7 +71,7 @@ class Run:
 
 def _fault(run: Run, rng: random.Random, stop_s: float, faults: Counter) -> None:
     """SIGKILL or SIGSTOP one of the run's actor processes, drawn at random."""
-    processes = _actor_processes(psutil.Process(run.process.pid))
+    processes = actor_processes(psutil.Process(run.process.pid))
     if not processes:
         return
     pid = rng.choice(sorted(processes))
