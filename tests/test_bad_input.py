@@ -130,12 +130,16 @@ def test_train_on_a_truncated_questions_file_names_the_file_in_one_line(damaged_
         f"train: {damaged_data / 'questions_train.parquet'}: not a readable Parquet file (")
 
 
+def local_eval_argv(data_dir, index_dir, zoo_dir) -> list[str]:
+    """`mmrag eval --local` of the untrained pipeline without retrieval on `data_dir`, writing beside it."""
+    return ["eval", "--config", str(ROOT / "mmrag/configs/local-v1.yaml"), "--local", "--no-progress",
+            "--settings", "no_retrieval", "--set", f"data.dir={data_dir}", "--set", f"index.dir={index_dir}",
+            "--set", f"zoo.cache_dir={zoo_dir}", "--out", str(data_dir.parent / "eval")]
+
+
 def test_eval_on_a_corrupted_questions_file_names_the_file_in_one_line(damaged_data, tiny_index, zoo_dir, capsys):
     corrupt(damaged_data / "questions_test.parquet")
-    argv = ["eval", "--config", str(ROOT / "mmrag/configs/local-v1.yaml"), "--local", "--no-progress",
-            "--settings", "no_retrieval", "--set", f"data.dir={damaged_data}", "--set", f"index.dir={tiny_index}",
-            "--set", f"zoo.cache_dir={zoo_dir}", "--out", str(damaged_data.parent / "eval")]
-    assert main(argv) == 2
+    assert main(local_eval_argv(damaged_data, tiny_index, zoo_dir)) == 2
     assert final_error_line(capsys).startswith(
         f"eval: {damaged_data / 'questions_test.parquet'}: not a readable Parquet file (")
     assert not (damaged_data.parent / "eval").exists()
@@ -149,10 +153,7 @@ def test_eval_on_an_undecodable_question_image_names_the_file_and_the_question(d
     images[1] = b"not an image"
     pq.write_table(table.set_column(table.schema.get_field_index("image"), "image", pa.array(images, pa.binary())),
                    path)
-    argv = ["eval", "--config", str(ROOT / "mmrag/configs/local-v1.yaml"), "--local", "--no-progress",
-            "--settings", "no_retrieval", "--set", f"data.dir={damaged_data}", "--set", f"index.dir={tiny_index}",
-            "--set", f"zoo.cache_dir={zoo_dir}", "--out", str(damaged_data.parent / "eval")]
-    assert main(argv) == 2
+    assert main(local_eval_argv(damaged_data, tiny_index, zoo_dir)) == 2
     assert final_error_line(capsys).startswith(
         f"eval: {path}: question id {table.column('id')[1].as_py()!r}: column 'image': not a decodable image")
 
