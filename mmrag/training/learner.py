@@ -26,6 +26,7 @@ from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.translator import QueryTranslator
 from mmrag.rl.rollout import Node
 from mmrag.training.export import save_export
+from mmrag.training.sync_probe import SyncProbe, reranker_probe_scores, translator_probe_scores
 from mmrag.training.updates import LocalLoss, reranker_loss, translator_loss
 
 COMPONENTS = ("translator", "reranker")
@@ -61,9 +62,14 @@ class Weights:
     durable: str | None = None
     """Where the learner also wrote them in the run's storage (`mmrag.training.published_weights`), if it did: what
     a replica reads when the object store lost them with the publishing node."""
+    probe_scores: dict | None = None
+    """Component -> the learner's scores of `sync_probe` with these weights (`mmrag.training.sync_probe`): what
+    replicas check the weights they installed against (`learner.sync_check_every`); None: not checked."""
+    sync_probe: Any = None
+    """The `SyncProbe` (or a Ray ObjectRef to it) `probe_scores` scored."""
     digests: dict | None = None
-    """Component -> `published_weights.state_digest` of its weights as published: what replicas check they
-    installed (`learner.sync_check_every`); None: not checked."""
+    """Component -> `published_weights.state_digest` of its weights, with `probe_scores`: names the tensor that
+    differs when a replica's check fails."""
 
     @property
     def id(self) -> str:
@@ -110,6 +116,10 @@ class Learner(Protocol):
 
     def start_update(self, roots: list[Node]) -> PendingUpdate:
         """One optimiser step per trainable component on a scored batch, under the weights of `version`."""
+
+    def use_sync_probe(self, probe: SyncProbe) -> None:
+        """Score `probe` with every `learner.sync_check_every`-th version published from now on
+        (`Weights.probe_scores`), for the policy replicas to check the weights they install."""
 
     def save(self, directory: str | Path) -> None:
         """Model and optimiser states, version and RNG, into `directory` (a storage URI, `mmrag.storage`)."""
@@ -162,6 +172,12 @@ def parameter_groups(cfg: Config, translator: QueryTranslator, reranker: Adaptiv
     """Each component's optimiser param groups, each with its learning rate (the gate's `reranker.gate_lr`)."""
     return {"translator": [{"params": translator.trainable_parameters(), "lr": cfg.translator.lr}],
             "reranker": reranker.parameter_groups(cfg.reranker.lr, cfg.reranker.gate_lr)}
+
+
+def probe_scores(translator: QueryTranslator, reranker: AdaptiveReranker, probe: SyncProbe) -> dict:
+    """Component -> its scores of the weight-sync probe batch (`Weights.probe_scores`)."""
+    return {"translator": translator_probe_scores(translator, probe),
+            "reranker": reranker_probe_scores(reranker, probe)}
 
 
 def rollouts_of(roots: list[Node]) -> list[int]:
@@ -220,6 +236,9 @@ class LocalLearner:
         self.version += 1
         return CompletedUpdate(LearnerUpdate(self.version, losses, time.perf_counter() - start, self.weights(),
                                              rollouts_of(roots)))
+
+    def use_sync_probe(self, probe: SyncProbe) -> None:
+        """In process the stages sample with the very models this learner trains: there is no sync to check."""
 
     def save(self, directory: str | Path) -> None:
         weights = self.weights()
