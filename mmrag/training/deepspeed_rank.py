@@ -28,10 +28,9 @@ from mmrag import storage
 from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
-                                    parameter_groups, probe_scores, rollouts_of, trainable_parameters,
-                                    trained_components)
+                                    parameter_groups, rollouts_of, trainable_parameters, trained_components)
 from mmrag.training.published_weights import state_digest, write_published
-from mmrag.training.sync_probe import SyncProbe
+from mmrag.training.sync_probe import SyncProbe, probe_scores
 from mmrag.training.weight_broadcast import send_state
 from mmrag.training.updates import LocalLoss, example_count
 

@@ -26,7 +26,6 @@ from mmrag.models.reranker import AdaptiveReranker
 from mmrag.models.translator import QueryTranslator
 from mmrag.rl.rollout import Node
 from mmrag.training.export import save_export
-from mmrag.training.sync_probe import SyncProbe, reranker_probe_scores, translator_probe_scores
 from mmrag.training.updates import LocalLoss, reranker_loss, translator_loss
 
 COMPONENTS = ("translator", "reranker")
@@ -117,9 +116,9 @@ class Learner(Protocol):
     def start_update(self, roots: list[Node]) -> PendingUpdate:
         """One optimiser step per trainable component on a scored batch, under the weights of `version`."""
 
-    def use_sync_probe(self, probe: SyncProbe) -> None:
-        """Score `probe` with every `learner.sync_check_every`-th version published from now on
-        (`Weights.probe_scores`), for the policy replicas to check the weights they install."""
+    def use_sync_probe(self, probe: Any) -> None:
+        """Score `probe` (`mmrag.training.sync_probe.SyncProbe`) with every `learner.sync_check_every`-th version
+        published from now on (`Weights.probe_scores`), for the policy replicas to check the weights they install."""
 
     def save(self, directory: str | Path) -> None:
         """Model and optimiser states, version and RNG, into `directory` (a storage URI, `mmrag.storage`)."""
@@ -172,12 +171,6 @@ def parameter_groups(cfg: Config, translator: QueryTranslator, reranker: Adaptiv
     """Each component's optimiser param groups, each with its learning rate (the gate's `reranker.gate_lr`)."""
     return {"translator": [{"params": translator.trainable_parameters(), "lr": cfg.translator.lr}],
             "reranker": reranker.parameter_groups(cfg.reranker.lr, cfg.reranker.gate_lr)}
-
-
-def probe_scores(translator: QueryTranslator, reranker: AdaptiveReranker, probe: SyncProbe) -> dict:
-    """Component -> its scores of the weight-sync probe batch (`Weights.probe_scores`)."""
-    return {"translator": translator_probe_scores(translator, probe),
-            "reranker": reranker_probe_scores(reranker, probe)}
 
 
 def rollouts_of(roots: list[Node]) -> list[int]:
@@ -237,7 +230,7 @@ class LocalLearner:
         return CompletedUpdate(LearnerUpdate(self.version, losses, time.perf_counter() - start, self.weights(),
                                              rollouts_of(roots)))
 
-    def use_sync_probe(self, probe: SyncProbe) -> None:
+    def use_sync_probe(self, probe: Any) -> None:
         """In process the stages sample with the very models this learner trains: there is no sync to check."""
 
     def save(self, directory: str | Path) -> None:

@@ -80,6 +80,12 @@ def reranker_probe_scores(reranker: AdaptiveReranker, probe: SyncProbe) -> torch
         return reranker.hit_logits(table.images_of(rows), table.questions, probe.queries, probe.hits).float().cpu()
 
 
+def probe_scores(translator: QueryTranslator, reranker: AdaptiveReranker, probe: SyncProbe) -> dict:
+    """Component -> its scores of the probe batch, as the learner publishes them (`Weights.probe_scores`)."""
+    return {"translator": translator_probe_scores(translator, probe),
+            "reranker": reranker_probe_scores(reranker, probe)}
+
+
 def largest_score_difference(expected: torch.Tensor, scored: torch.Tensor) -> float:
     """The largest absolute difference of two scorings of the probe; inf if their shapes or their -inf (padding)
     entries differ, or a score is NaN."""
