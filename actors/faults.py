@@ -4,8 +4,11 @@ metric `mmrag_faults` (tags `kind` and `where`), which the Ray dashboard and Pro
 
 Kinds: `outage` (a replica noticed gone: died, hung or slow), `kill` (a hung replica killed so that Ray restarts
 it), `restart` (a replica answering again after its outage), `hedge` (a slow call sent to a second replica),
-`resend` (a lost call sent again), `promotion` (a standby serving in a lost replica's place), `learner_fault` (a
-learner rank died, raised or hung: the group is restored).
+`resend` (a lost call sent again), `promotion` (a standby serving in a lost replica's place), `unfit` (a replica
+whose own state failed a check, e.g. the weight-sync probe: replaced), `learner_fault` (a learner rank died, raised
+or hung: the group is restored). The driver's own faults, `learner_restore`, `stale_batch_dropped` and
+`failed_batch`, log their lines where they happen (`mmrag.training`, Ray-free) and reach the Ray metric through
+`count_driver_faults`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from ray.util import metrics
 
 log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("outage", "kill", "restart", "hedge", "resend", "promotion", "learner_fault")
+FAULT_KINDS = ("outage", "kill", "restart", "hedge", "resend", "promotion", "unfit", "learner_fault")
+DRIVER_FAULTS = {"learner_restore": "learner group", "stale_batch_dropped": "rollouts", "failed_batch": "rollouts"}
+"""The driver's fault kinds, each with where the Ray metric says it happened."""
 
 
 @functools.cache
@@ -35,6 +40,15 @@ def report_fault(where: str, kind: str, message: str) -> None:
     log.warning("%s %s: %s", where, kind, message)
     if ray.is_initialized():
         _fault_metric().inc(tags={"kind": kind, "where": where})
+
+
+def count_driver_faults(counts: dict[str, int]) -> None:
+    """Add the driver's new faults (kind -> how many, `DRIVER_FAULTS`) to the Ray metric."""
+    for kind, count in counts.items():
+        if kind not in DRIVER_FAULTS:
+            raise ValueError(f"driver fault kind: expected one of {', '.join(DRIVER_FAULTS)}, got {kind!r}")
+        if count and ray.is_initialized():
+            _fault_metric().inc(count, tags={"kind": kind, "where": DRIVER_FAULTS[kind]})
 
 
 class FaultLog:

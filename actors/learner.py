@@ -44,7 +44,6 @@ from mmrag.config import Config
 from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
-from mmrag.training.published_weights import state_digest
 from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
 
 DEAD_PEER_GRACE_S = 10.0
@@ -91,10 +90,16 @@ class LearnerRank:
 
     @ray.method(num_returns=3)
     def publish(self) -> tuple:
-        """(translator, reranker, {"publish_id", "durable"}) on rank 0: the trainable weights, their id and where
-        they were also written (None without `learner.durable_weights`); (None, None, {...}) on the others."""
+        """(translator, reranker, {"publish_id", "durable", "probe_scores", "digests"}) on rank 0: the trainable
+        weights, their id, where they were also written (None without `learner.durable_weights`) and the weight-sync
+        check's figures (`DeepSpeedRank.publish`); (None, None, {...}) on the others."""
         weights, published = self.worker.publish()
-        return *(weights or (None, None)), {**published, "digests": self._digests(weights)}
+        return *(weights or (None, None)), published
+
+    def use_sync_probe(self, probe) -> None:
+        """Score the weight-sync probe batch (`mmrag.training.sync_probe.SyncProbe`) with the versions published
+        from now on."""
+        self.worker.sync_probe = probe
 
     def sync_rendezvous(self, component: str, world: int) -> tuple[str, int]:
         """Rank 0: serve the store of `component`'s weight-sync group (`weight_broadcast`); its address and port."""
@@ -115,14 +120,7 @@ class LearnerRank:
     def update(self, roots: list[Node]) -> tuple:
         """({"version", "losses", "seconds"}, translator weights, reranker weights); weights on rank 0 only."""
         record, weights = self.worker.update(fetch_hits_rows(roots))
-        return {**record, "digests": self._digests(weights)}, *(weights or (None, None))
-
-    def _digests(self, weights: tuple | None) -> dict | None:
-        """Rank 0, every `learner.sync_check_every` versions: what the replicas check they installed."""
-        every = self.worker.cfg.learner.sync_check_every
-        if weights is None or not every or self.worker.version % every:
-            return None
-        return {component: state_digest(state) for component, state in zip(("translator", "reranker"), weights)}
+        return record, *(weights or (None, None))
 
     def save(self, directory: str) -> None:
         self.worker.save(directory)
@@ -229,7 +227,8 @@ class GroupUpdate:
         self.group.updated(time.monotonic() - self.started)
         record = records[0]
         weights = Weights(record["version"], *self.weight_refs, publish_id=record["publish_id"],
-                          durable=record["durable"], digests=record["digests"])
+                          durable=record["durable"], probe_scores=record["probe_scores"],
+                          sync_probe=self.group.sync_probe, digests=record["digests"])
         update = LearnerUpdate(record["version"], record["losses"], record["seconds"], weights, record["rollouts"])
         self.group.version, self.group.published = update.version, weights
         self.group.broadcast(weights)
@@ -254,6 +253,8 @@ class LearnerGroup:
                                             learner.min_call_timeout_s)
         self.answered_update = False
         """Whether the current ranks have answered an update (then it gets the tighter deadline)."""
+        self.sync_probe: ray.ObjectRef | None = None
+        """The weight-sync probe batch (`use_sync_probe`), once given."""
         check_placeable(cfg)
         # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
         self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
@@ -278,6 +279,7 @@ class LearnerGroup:
             self.version = wait_for_ranks(starts, "start-up", learner.startup_timeout_s,
                                           "still joining the process group or loading its models",
                                           "learner.startup_timeout_s")[0]
+            self._give_sync_probe()
             self.published = self._publish()
         except BaseException:
             self._stop_ranks()
@@ -302,9 +304,20 @@ class LearnerGroup:
         calls = [rank.publish.remote() for rank in self.ranks]
         published = wait_for_ranks([call[2] for call in calls], "publishing weights",
                                    self.cfg.learner.call_timeout_s)[0]
-        weights = Weights(self.version, *calls[0][:2], **published)
+        weights = Weights(self.version, *calls[0][:2], **published, sync_probe=self.sync_probe)
         self.broadcast(weights)
         return weights
+
+    def use_sync_probe(self, probe) -> None:
+        """Score `probe` (`mmrag.training.sync_probe.SyncProbe`) with every `learner.sync_check_every`-th version
+        from now on; put in the object store once, and given to the ranks of every restart too."""
+        self.sync_probe = ray.put(probe)
+        self._give_sync_probe()
+
+    def _give_sync_probe(self) -> None:
+        if self.sync_probe is not None:
+            wait_for_ranks([rank.use_sync_probe.remote(self.sync_probe) for rank in self.ranks],
+                           "taking the weight-sync probe", self.cfg.learner.call_timeout_s)
 
     def attach_policy_replicas(self, replicas: dict[str, list]) -> None:
         """With `learner.weight_sync: broadcast`: the policy replicas (component -> actors) each published version

@@ -7,7 +7,9 @@ state (model, shard); policy weights come with every call, so a restarted policy
 installs the current version before it samples. A call whose replica died is sent again,
 preferring another replica, up to `retries` times, after a doubling back-off when every
 replica has just lost one (a replica Ray is still restarting spends no attempt); a call that
-raised in the actor's own code is not retried (it would fail again) and fails its micro-batch.
+raised in the actor's own code is not retried (it would fail again) and fails its micro-batch, unless it is
+`ReplicaUnfit` (the replica's own state failed a check): that replica is killed, so that Ray starts a fresh one,
+and the call re-sent, as if it had died.
 
 Every call has a deadline: one past it is treated as lost, its replica hung (a wedged device call, a
 process stopped by the OS). A replica that has answered since it (re)started gets
@@ -78,10 +80,16 @@ a call sent to a replica Ray is restarting waits in Ray's queue for it, so short
 MAX_BACKOFF_S = 4.0
 OUTAGE_CAUSES = {"died": "died (Ray reported the actor dead or restarting)",
                  "hung": "hung (a call passed its deadline)",
-                 "slow": "slow (a hedge on another replica answered first)"}
+                 "slow": "slow (a hedge on another replica answered first)",
+                 "unfit": "unfit (it failed a check of its own state)"}
 """How an outage's line words its cause (`OutageLog`'s causes)."""
 PROBE_GROUP = "probe"
 """The concurrency group of a replica's liveness probe (`probed`): a thread of its own beside its calls'."""
+
+
+class ReplicaUnfit(RuntimeError):
+    """Raised by a replica whose own state failed a check (e.g. weights that do not compute the learner's, even
+    reinstalled): its pool replaces it as it would a dead replica, and sends the call again."""
 
 
 def probed(actor_class: type) -> ray.actor.ActorClass:
@@ -226,6 +234,14 @@ class ReplicaPool:
         self._outage(replica, cause, call_sent)
         if len(self.actors) > self.roster.target and replica not in self.roster.out:
             self._take_out(replica)
+
+    def unfit(self, replica: int, call_sent: float, error: ReplicaUnfit) -> None:
+        """`replica` raised `error` on a call sent at `call_sent`: it leaves the pool as a dead one does, killed so
+        that Ray starts a fresh process in its place."""
+        ray.kill(self.actors[replica], no_restart=False)  # first, so that a check sent next waits for the restart
+        self.faults.record("unfit", f"replica {replica} leaves the pool: {error}; Ray starts a fresh process in its "
+                                    "place")
+        self.lost(replica, call_sent, cause="unfit")
 
     def _take_out(self, replica: int) -> None:
         """Out of the pool until its readiness check answers (it joins as a standby if the pool serves in full)."""
@@ -402,7 +418,11 @@ class Call:
             else:
                 self._resend(f"replica lost {self.attempts} times ({exc})")
         except RayTaskError as exc:
-            self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
+            if not isinstance(exc.cause, ReplicaUnfit):
+                self.error, self.done = f"{pool.name}.{self.method} raised: {exc}", True
+                return True
+            pool.unfit(attempt.replica, attempt.sent, exc.cause)
+            self._resend(f"replica unfit ({exc.cause})")
         return True
 
     def expire(self, now: float) -> bool:

@@ -11,6 +11,8 @@ class, so that a benchmark can place a subclass instead (`benchmarks.simulated_d
 
 from __future__ import annotations
 
+import functools
+
 import ray
 
 from mmrag.actors.owned_cpus import use_actor_cpus
@@ -21,6 +23,7 @@ from mmrag.retrieval.hit import Hit
 from mmrag.rl.plackett_luce import Selection
 from mmrag.training.pipeline import greedy_selections, sample_selections
 from mmrag.training.stages import QuestionTable, SampledSelections
+from mmrag.training.sync_probe import reranker_probe_scores
 
 
 class RerankerActor:
@@ -35,17 +38,20 @@ class RerankerActor:
                seed: int, weights: PolicyWeights) -> SampledSelections:
         """m selections per query row (`AdaptiveReranker.sample`), drawn with `weights`, from a generator seeded
         with `seed`."""
-        version = self.installed.ensure(weights, self.policy.load_trainable_state_dict,
-                                        self.policy.trainable_state_dict)
+        version = self._install(weights)
         selections, logprobs = sample_selections(self.policy, table, rows, queries, hits, m, seed, self.temperature)
-        return SampledSelections(selections, logprobs, version, self.policy.gate is not None)
+        return SampledSelections(selections, logprobs, version, self.policy.gate is not None,
+                                 self.installed.take_checked())
 
     def greedy(self, table: QuestionTable, rows: list[int], queries: list[str], hits: list[list[Hit]],
                weights: PolicyWeights) -> list[Selection]:
         """The inference selection of each query row, with `weights`."""
-        self.installed.ensure(weights, self.policy.load_trainable_state_dict,
-                              self.policy.trainable_state_dict)
+        self._install(weights)
         return greedy_selections(self.policy, table, rows, queries, hits)
+
+    def _install(self, weights: PolicyWeights) -> int:
+        return self.installed.ensure(weights, self.policy.load_trainable_state_dict, self.policy.trainable_state_dict,
+                                     functools.partial(reranker_probe_scores, self.policy))
 
     def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:
         """Join the weight-sync group of the learner's rank 0 (`learner.weight_sync: broadcast`)."""

@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from mmrag.actors.actor_classes import ActorClasses
+from mmrag.actors.faults import DRIVER_FAULTS, count_driver_faults
 from mmrag.actors.placement import StagePlacement
 from mmrag.actors.policy import PolicyWeights
 from mmrag.actors.pool import Call, ReplicaPool, probed
@@ -345,6 +346,10 @@ class ActorPools:
     def fault_counts(self) -> dict[str, int]:
         """Faults of every pool so far, by kind (`mmrag.actors.faults`)."""
         return dict(sum((pool.faults.counts for pool in self._all_pools()), Counter()))
+
+    def export_faults(self, since: dict[str, int]) -> None:
+        """The driver's faults among `since` go to the Ray metric (the pools' went there when they were recorded)."""
+        count_driver_faults({kind: n for kind, n in since.items() if kind in DRIVER_FAULTS})
 
     def outages(self) -> list[dict]:
         """Every replica outage the pools saw (`mmrag.actors.outages.Outage`), pool by pool."""

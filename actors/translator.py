@@ -10,6 +10,8 @@ class, so that a benchmark can place a subclass instead (`benchmarks.simulated_d
 
 from __future__ import annotations
 
+import functools
+
 import ray
 
 from mmrag.actors.owned_cpus import use_actor_cpus
@@ -18,6 +20,7 @@ from mmrag.config import TranslatorConfig
 from mmrag.models.translator import QueryTranslator
 from mmrag.training.seeding import sample_queries
 from mmrag.training.stages import QuestionTable, SampledQueries
+from mmrag.training.sync_probe import translator_probe_scores
 
 
 class TranslatorActor:
@@ -29,16 +32,19 @@ class TranslatorActor:
 
     def sample(self, table: QuestionTable, n: int, seed: int, weights: PolicyWeights) -> SampledQueries:
         """n queries per question, drawn with `weights` from a generator seeded with `seed`."""
-        version = self.installed.ensure(weights, self.translator.load_trainable_state_dict,
-                                        self.translator.trainable_state_dict)
+        version = self._install(weights)
         queries = sample_queries(self.translator, table, n, seed)
-        return SampledQueries(queries, version)
+        return SampledQueries(queries, version, self.installed.take_checked())
 
     def greedy(self, table: QuestionTable, weights: PolicyWeights) -> list[str]:
         """The inference query of each question, with `weights`."""
-        self.installed.ensure(weights, self.translator.load_trainable_state_dict,
-                              self.translator.trainable_state_dict)
+        self._install(weights)
         return self.translator.greedy(table.images, table.questions)
+
+    def _install(self, weights: PolicyWeights) -> int:
+        return self.installed.ensure(weights, self.translator.load_trainable_state_dict,
+                                     self.translator.trainable_state_dict,
+                                     functools.partial(translator_probe_scores, self.translator))
 
     def join_weight_sync(self, address: str, port: int, rank: int, world: int, timeout_s: float) -> None:
         """Join the weight-sync group of the learner's rank 0 (`learner.weight_sync: broadcast`)."""

@@ -392,10 +392,10 @@ class LearnerConfig:
     sync_bucket_mb: int = 256
     """Bucket size of the "broadcast" weight sync."""
     sync_check_every: NonNegativeInt = 1
-    """Every this many versions, each policy replica checks the weights it installed against the learner's digest
-    of them (per-tensor sums), reinstalling from the run's storage past `sync_check_tolerance`; 0: never."""
-    sync_check_tolerance: float = 1e-6
-    """Largest relative difference of a tensor's digest between learner and replica taken as the same weights."""
+    """Every this many versions, learner and each policy replica score a fixed probe batch with the version; past
+    `sync_check_tolerance` the replica reinstalls it from the run's storage, then leaves its pool; 0: never."""
+    sync_check_tolerance: float = 1e-2
+    """Largest absolute difference of a probe score (a sequence log-prob, a reranker logit) taken as the same."""
     sync_timeout_s: float = 60.0
     """Deadline of joining a weight-sync group or of one version's broadcast, and the groups' collective timeout:
     a replica restarted since the group was built leaves rank 0 waiting this long, then the group is rebuilt."""

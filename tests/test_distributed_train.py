@@ -33,6 +33,9 @@ def test_sync_run_records_versions_ledger_and_checkpoints(distributed_sync_run):
         assert r["ledger"]["started"] == r["ledger"]["trained"] == r["step"]
         assert r["leaves"] == Q * 3 * 4 and r["leaves_per_s"] > 0
         assert {"translate", "retrieve", "rerank", "answer", "score", "learn"} <= r["stage_seconds"].keys()
+    # The weight-sync probe checks every version from 1 on (learner.sync_check_every 1); step 1 sampled version 0.
+    assert [sorted(r.get("sync", {})) for r in records] == [[]] + [["max_logprob_diff", "max_score_diff"]] * 3
+    assert max(value for r in records for value in r.get("sync", {}).values()) <= 1e-2
     assert sum(r["reranker"]["examples"] for r in records) > 0, "some step must carry signal, or comparisons are vacuous"
     assert [r["step"] for r in read_metrics(distributed_sync_run) if "eval" in r] == [0, 4]
     checkpoints = distributed_sync_run / "checkpoints"

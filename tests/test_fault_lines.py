@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import re
 import time
+import urllib.request
 
 import pytest
 from helpers import drive_until_settled
 
-from mmrag.actors.faults import FaultLog
+from mmrag.actors.faults import FaultLog, count_driver_faults
 from mmrag.actors.learner import LearnerRankError, wait_for_ranks
 from mmrag.actors.pool import ReplicaPool
 
@@ -119,3 +120,29 @@ def test_a_learner_rank_that_raises_or_hangs_logs_a_line_naming_the_rank_and_the
                         r"update: RuntimeError: out of memory", raised), raised
     assert re.fullmatch(r"learner group learner_fault: rank 1, \d+\.\d s into save: learner rank 1 did not finish save "
                         r"within 1 s \(learner.call_timeout_s\)", hung), hung
+
+
+def _ray_metric(ray, name: str, tags: dict[str, str], timeout_s: float = 60.0) -> float:
+    """The value the node's Prometheus endpoint exports for metric `name` with `tags`, once it has one."""
+    node = ray._private.worker.global_worker.node
+    url = f"http://{node.node_ip_address}:{node.metrics_export_port}/metrics"
+    wanted = [f'{key}="{value}"' for key, value in tags.items()]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+            if line.startswith(f"ray_{name}") and all(tag in line for tag in wanted):
+                return float(line.rsplit(" ", 1)[1])
+        time.sleep(1.0)
+    raise AssertionError(f"{url}: no {name} with {tags} within {timeout_s:g} s")
+
+
+@pytest.mark.slow  # Ray metrics
+def test_the_pools_faults_and_the_drivers_learner_restores_and_stale_batches_are_counted_in_the_ray_metric(
+        ray_session):
+    FaultLog("answer pool").record("unfit", "replica 1 leaves the pool")
+    count_driver_faults({"learner_restore": 1, "stale_batch_dropped": 2, "failed_batch": 0})
+    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "unfit", "where": "answer pool"}) == 1
+    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "learner_restore", "where": "learner group"}) == 1
+    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "stale_batch_dropped", "where": "rollouts"}) == 2
+    with pytest.raises(ValueError, match="driver fault kind: expected one of learner_restore, .*, got 'outage'"):
+        count_driver_faults({"outage": 1})

@@ -82,6 +82,9 @@ class CountingLearner:
     def export(self, directory) -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)
 
+    def use_sync_probe(self, probe) -> None:
+        """Its versions carry no weights, so there is nothing for a replica to check."""
+
     def shutdown(self) -> None:
         pass
 

@@ -236,6 +236,12 @@ class AdaptiveReranker(nn.Module):
         """[B, K + 1] Plackett-Luce logits, STOP last, -inf at padded candidates (without the gate: `policy`)."""
         return self.policy(batch)[0]
 
+    @torch.no_grad()
+    def hit_logits(self, images: Sequence[Image.Image], questions: Sequence[str], queries: Sequence[str],
+                   hits: Sequence[Sequence[RetrievedDocument]]) -> torch.Tensor:
+        """`logits` of retrieval hits, without gradients."""
+        return self.logits(self.featurize(images, questions, queries, candidates_of(hits)))
+
     def policy(self, batch: RerankBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(`logits` [B, K + 1], the gate's skip logits [B], or None without `reranker.gate`)."""
         features = self.candidate_features(batch)

@@ -270,6 +270,12 @@ class QueryTranslator:
             self.model.eval()
 
     @torch.no_grad()
+    def policy_logprobs(self, images: list[Image.Image], questions: list[str], queries: list[str]) -> torch.Tensor:
+        """`logprobs` at temperature 1 as the model's mode stands (eval: no dropout), without gradients."""
+        return sequence_logprobs(self.model, self.processor, images, self.prompts(questions),
+                                 self.responses(images, questions, queries), 1.0, self.cfg.max_new_tokens)
+
+    @torch.no_grad()
     def reference_logprobs(
         self, images: list[Image.Image], questions: list[str], queries: list[str], temperature: float = 1.0
     ) -> torch.Tensor:

@@ -29,7 +29,8 @@ from mmrag.config import Config
 from mmrag.training.export import save_export
 from mmrag.training.learner import (COMPONENTS, learning_rates, load_trainable_components, loss_functions,
                                     parameter_groups, rollouts_of, trainable_parameters, trained_components)
-from mmrag.training.published_weights import write_published
+from mmrag.training.published_weights import state_digest, write_published
+from mmrag.training.sync_probe import SyncProbe, probe_scores
 from mmrag.training.weight_broadcast import send_state
 from mmrag.training.updates import LocalLoss, example_count
 
@@ -114,6 +115,8 @@ class DeepSpeedRank:
         self.version = 0
         self.published: dict[str, dict] = {}
         """Rank 0: the last published trainable weights per component (what `send_published` sends)."""
+        self.sync_probe: SyncProbe | None = None
+        """The weight-sync probe batch the published versions are scored on (`mmrag.training.sync_probe`)."""
         self.translator, self.reranker = load_trainable_components(cfg, str(self.device))
         # The engines own only trainable weights; frozen parts (the CLIP backbone, the translator's
         # reference copy) stay plain replicated modules on every rank.
@@ -150,18 +153,35 @@ class DeepSpeedRank:
 
     def publish(self) -> tuple[TrainableWeights | None, dict]:
         """The current trainable weights on rank 0 (None on the others), kept for `send_published`, and
-        {"publish_id", "durable"}: a fresh id, and where rank 0 also wrote them in the run's storage
-        (`learner.durable_weights`, else None); every rank must call it."""
+        {"publish_id", "durable", "probe_scores", "digests"}: a fresh id, where rank 0 also wrote them in the run's
+        storage (`learner.durable_weights`, else None) and the weight-sync check's figures (`_sync_check`); every rank
+        must call it."""
         with self._gathered():
-            if self.rank != 0:
-                return None, {"publish_id": "", "durable": None}
-            weights = self.translator.trainable_state_dict(), self.reranker.trainable_state_dict()
+            weights = (self.translator.trainable_state_dict(), self.reranker.trainable_state_dict()) \
+                if self.rank == 0 else None
+        checked = self._sync_check(weights)
+        if weights is None:
+            return None, {"publish_id": "", "durable": None, **checked}
         self.published = dict(zip(COMPONENTS, weights))
         durable = None
         if self.cfg.learner.durable_weights:
             durable = write_published(self.cfg.train.run_dir, self.version, self.published,
                                       keep=self.cfg.train.max_policy_lag + 2)
-        return weights, {"publish_id": uuid.uuid4().hex, "durable": durable}
+        return weights, {"publish_id": uuid.uuid4().hex, "durable": durable, **checked}
+
+    def _sync_check(self, weights: TrainableWeights | None) -> dict:
+        """{"probe_scores", "digests"} of the version being published (`Weights`), when it is one the replicas check
+        (`learner.sync_check_every`, once `sync_probe` is set), else Nones. Under ZeRO-3 every rank scores the probe
+        (a forward gathers weights collectively); otherwise rank 0 alone."""
+        every = self.cfg.learner.sync_check_every
+        if self.sync_probe is None or not every or self.version % every or (
+                weights is None and self.cfg.learner.zero_stage != 3):
+            return {"probe_scores": None, "digests": None}
+        scores = probe_scores(self.translator, self.reranker, self.sync_probe)
+        if weights is None:
+            return {"probe_scores": None, "digests": None}
+        return {"probe_scores": scores, "digests": {name: state_digest(state) for name, state in
+                                                    zip(COMPONENTS, weights)}}
 
     def send_published(self, component: str, group: torch.distributed.ProcessGroup) -> None:
         """Rank 0: broadcast the last published `component` weights to the sync group (`weight_broadcast`)."""

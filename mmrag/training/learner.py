@@ -61,9 +61,14 @@ class Weights:
     durable: str | None = None
     """Where the learner also wrote them in the run's storage (`mmrag.training.published_weights`), if it did: what
     a replica reads when the object store lost them with the publishing node."""
+    probe_scores: dict | None = None
+    """Component -> the learner's scores of `sync_probe` with these weights (`mmrag.training.sync_probe`): what
+    replicas check the weights they installed against (`learner.sync_check_every`); None: not checked."""
+    sync_probe: Any = None
+    """The `SyncProbe` (or a Ray ObjectRef to it) `probe_scores` scored."""
     digests: dict | None = None
-    """Component -> `published_weights.state_digest` of its weights as published: what replicas check they
-    installed (`learner.sync_check_every`); None: not checked."""
+    """Component -> `published_weights.state_digest` of its weights, with `probe_scores`: names the tensor that
+    differs when a replica's check fails."""
 
     @property
     def id(self) -> str:
@@ -110,6 +115,10 @@ class Learner(Protocol):
 
     def start_update(self, roots: list[Node]) -> PendingUpdate:
         """One optimiser step per trainable component on a scored batch, under the weights of `version`."""
+
+    def use_sync_probe(self, probe: Any) -> None:
+        """Score `probe` (`mmrag.training.sync_probe.SyncProbe`) with every `learner.sync_check_every`-th version
+        published from now on (`Weights.probe_scores`), for the policy replicas to check the weights they install."""
 
     def save(self, directory: str | Path) -> None:
         """Model and optimiser states, version and RNG, into `directory` (a storage URI, `mmrag.storage`)."""
@@ -220,6 +229,9 @@ class LocalLearner:
         self.version += 1
         return CompletedUpdate(LearnerUpdate(self.version, losses, time.perf_counter() - start, self.weights(),
                                              rollouts_of(roots)))
+
+    def use_sync_probe(self, probe: Any) -> None:
+        """In process the stages sample with the very models this learner trains: there is no sync to check."""
 
     def save(self, directory: str | Path) -> None:
         weights = self.weights()

@@ -46,6 +46,7 @@ from mmrag.training.rollouts import Experience, Rollouts
 from mmrag.training.run import RUN_FILES, QuestionCursor, prepare_run_dir, rollout_metrics
 from mmrag.training.seeding import seed_everything
 from mmrag.training.streaming import RolloutStream, StagePools
+from mmrag.training.sync_probe import build_sync_probe
 from mmrag.training.trackers import open_trackers, rollout_sample
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,8 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     stream = RolloutStream(pools, cfg.translator.num_samples, cfg.reranker.num_samples,
                            cfg.train.micro_batch_size, cfg.train.seed, guard=RewardGuard(cfg.reward))
     ledger = RolloutLedger()
-    cursor = QuestionCursor(load_questions(cfg.data.dir, "train"), cfg.train.seed)
+    train_questions = load_questions(cfg.data.dir, "train")
+    cursor = QuestionCursor(train_questions, cfg.train.seed)
     run = TrainingRun(cfg, Rollouts(cfg, stream, cursor, ledger), ledger)
     checkpoint = checkpoint_to_resume(cfg.train.run_dir, "required" if resume else cfg.train.resume)
     if checkpoint is not None:
@@ -145,6 +147,8 @@ def train(cfg: Config, pools: StagePools, learner: Learner, resume: bool = False
     else:
         run.initial = run.driver_state(learner.version)
     pools.stages.install(run.stamped(learner.weights()))
+    if cfg.learner.sync_check_every and cfg.train.mode == "distributed":  # in process, nothing is synced
+        learner.use_sync_probe(build_sync_probe(pools.stages, train_questions, cfg.train.seed))
     run.faults_logged = run.fault_counts(pools)  # a resumed run's records count its own faults
     metrics = MetricsLog(run_dir, open_trackers(cfg, run_dir), resumed_at=None if checkpoint is None else run.step)
     try:
@@ -227,6 +231,7 @@ def _step(run: TrainingRun, pools: StagePools, learner: Learner, stream: Rollout
     now = time.perf_counter()
     record = _step_record(run, experience, update, weights, learner_version, stream, now - last_end)
     record["faults"] = run.faults_since_last_record(pools)
+    pools.export_faults(record["faults"])
     metrics.log(run.step, record)
     bar.update(1)
     bar.set_postfix(reward=f"{record['reward_mean']:.3f}", lag=record["policy_lag"])
@@ -267,6 +272,9 @@ def _step_record(run: TrainingRun, experience: Experience, update: LearnerUpdate
         ledger=run.ledger.as_dict(),
         leaves_per_s=record["leaves"] / seconds, updates_per_s=1.0 / seconds, step_seconds=seconds,
         stage_seconds={**stream.take_stage_seconds(), "learn": update.seconds})
+    sync = stream.take_sync_differences()
+    if sync:
+        record["sync"] = sync
     return record
 
 

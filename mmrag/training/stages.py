@@ -70,6 +70,8 @@ class SampledQueries:
 
     queries: list[list[QuerySample]]
     policy_version: int
+    sync_difference: float | None = None
+    """The weight-sync probe's difference, when this call installed a checked version (`learner.sync_check_every`)."""
 
 
 @dataclass
@@ -82,6 +84,8 @@ class SampledSelections:
     gated: bool = False
     """Drawn by a reranker with a retrieval gate: each row's first selection is the gate's skip arm (empty), the
     rest the ranking's draws (`AdaptiveReranker.sample`)."""
+    sync_difference: float | None = None
+    """The weight-sync probe's difference, when this call installed a checked version (`learner.sync_check_every`)."""
 
 
 class Stages(Protocol):

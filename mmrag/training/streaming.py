@@ -32,6 +32,8 @@ from mmrag.training.seeding import call_seed
 from mmrag.training.stages import QuestionTable, SampledQueries, SampledSelections, Stages
 
 STAGES = ("translate", "retrieve", "rerank", "answer", "score")
+SYNC_FIGURES = {"translate": "max_logprob_diff", "rerank": "max_score_diff"}
+"""The weight-sync probe's figure each policy stage reports (metrics.jsonl `sync/...`, `mmrag.training.sync_probe`)."""
 
 
 class StageFailed(RuntimeError):
@@ -65,6 +67,10 @@ class StagePools(Protocol):
 
     def fault_counts(self) -> dict[str, int]:
         """Faults the pools absorbed so far (replica outages, kills, re-sent calls...), by kind."""
+
+    def export_faults(self, since: dict[str, int]) -> None:
+        """Every kind of fault since the previous step, the driver's included (learner restores, stale and failed
+        batches): exported where the pools export theirs (on Ray, its metrics)."""
 
 
 @dataclass(eq=False)
@@ -108,6 +114,9 @@ class InlinePools:
 
     def fault_counts(self) -> dict[str, int]:
         return {}  # in-process calls have no replicas to lose
+
+    def export_faults(self, since: dict[str, int]) -> None:
+        """In process there is nowhere to export to: metrics.jsonl and the trackers have them."""
 
 
 @dataclass
@@ -165,6 +174,8 @@ class RolloutStream:
         """Micro-batches whose next stage has not been submitted, in start order."""
         self.stage_seconds: dict[str, float] = defaultdict(float)
         """Seconds from submission to completion of every call, per stage, since the last `take_stage_seconds`."""
+        self.sync_differences: dict[str, float] = {}
+        """The largest weight-sync probe difference per figure since the last `take_sync_differences`."""
 
     def start(self, questions: list[Question], number: int) -> RolloutBatch:
         """Begin rolling out `questions` as rollout batch `number` (its sampling seeds derive from it)."""
@@ -208,6 +219,7 @@ class RolloutStream:
                 continue
             if stage == REWARD_POOL and self.guard is not None:
                 self.guard.scored(micro_batch.outputs[stage])
+            self._note_sync_check(stage, micro_batch.outputs[stage])
             micro_batch.stage += 1
             if micro_batch.stage < len(STAGES):
                 self.waiting.append(micro_batch)
@@ -234,6 +246,17 @@ class RolloutStream:
     def take_stage_seconds(self) -> dict[str, float]:
         seconds, self.stage_seconds = dict(self.stage_seconds), defaultdict(float)
         return seconds
+
+    def _note_sync_check(self, stage: str, output: Any) -> None:
+        difference = getattr(output, "sync_difference", None)  # set by a policy call that installed a checked version
+        if difference is not None:
+            figure = SYNC_FIGURES[stage]
+            self.sync_differences[figure] = max(self.sync_differences.get(figure, 0.0), difference)
+
+    def take_sync_differences(self) -> dict[str, float]:
+        """The largest weight-sync probe difference per policy stage since the last call (`SYNC_FIGURES`)."""
+        differences, self.sync_differences = self.sync_differences, {}
+        return differences
 
     def _submit_ready(self) -> None:
         # Latest stage first; within a stage, micro-batches in the order they were started.
