@@ -66,7 +66,7 @@ def zoo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rebuild", action="store_true", help="build again even when a cached build exists")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="processes building at once, each model once the models it starts from are built "
-                             "(default: one per core up to the zoo's 3 independent chains; 1: in order, "
+                             "(default: 3, one per independent chain of fits, however many cores; 1: in order, "
                              "in this process)")
 
 

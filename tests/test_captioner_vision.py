@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from mmrag.models.lvlm import load_lvlm
-from mmrag.zoo.fit_captioner import attribute_heads_for, fit_vision, load_examples, named_attribute
+from mmrag.models.lvlm import load_lvlm, sequence_logprobs
+from mmrag.zoo.fit_captioner import (
+    attribute_heads_for,
+    fit_vision,
+    image_features,
+    load_examples,
+    named_attribute,
+    translator_prompt,
+    visual_tokens_read,
+)
 
 
 def test_vision_stage_lowers_the_attribute_loss_of_linear_heads_over_flattened_visual_tokens(zoo_dir):
@@ -40,3 +48,15 @@ def test_attribute_heads_start_from_the_seed_whatever_the_process_drew_before(zo
     other = attribute_heads_for(model, processor, seed=4).state_dict()
     assert not torch.equal(first["heads.colour.weight"], other["heads.colour.weight"])
 
+
+
+def test_the_visual_tokens_read_in_a_description_pass_are_those_a_vision_pass_alone_gives(zoo_dir):
+    """Stage two's attribute loss reads the visual tokens of the description pass instead of a second pass."""
+    model, processor = load_lvlm("zoo:tiny-lvlm", zoo_dir)
+    images = [example.image for example in load_examples(num_entities=3, seed=11)[:3]]
+    with visual_tokens_read(model) as passes:
+        sequence_logprobs(model, processor, images, [translator_prompt("What is it?")] * 3, ["a red circle"] * 3)
+    assert len(passes) == 1
+    assert torch.allclose(passes[0], image_features(model, processor, images))
+    sequence_logprobs(model, processor, images[:1], [translator_prompt("What is it?")], ["a red circle"])
+    assert len(passes) == 1, "a pass after the block is not collected"

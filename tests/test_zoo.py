@@ -14,7 +14,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2VLForC
 
 from mmrag.model_refs import (MANIFEST_FILE, MODELS, ZooError, ZooModel, ensure_built, models_referenced, read_manifest,
                               resolve)
-from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME
+from mmrag.models.clip_architectures import TINY_CLIP_MODEL_NAME, register_tiny_clip_config
 from mmrag.models.lvlm import load_lvlm
 from mmrag.zoo import fit_captioner, fit_clip
 from mmrag.zoo.fit_captioner import CaptionExample, caption_target, describes_correctly
@@ -172,6 +172,16 @@ def test_clip_fit_lowers_contrastive_loss_on_a_small_world(clip_init_cache):
     losses = fit_clip.fit(model, open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME), world, steps=10, seed=0, families_per_batch=2)
     assert sum(losses[-3:]) / 3 < 0.8 * losses[0]
 
+
+
+def test_clip_fit_encodes_texts_without_their_padding_to_the_features_of_the_whole_context():
+    register_tiny_clip_config()
+    torch.manual_seed(0)
+    model = random_tiny_clip()
+    tokens = open_clip.get_tokenizer(TINY_CLIP_MODEL_NAME)(["a red striped circle", "when was this tall tower built"])
+    assert int(tokens.ne(0).sum(dim=1).max()) < tokens.shape[1] - 20
+    whole = torch.nn.functional.normalize(model.encode_text(tokens), dim=-1)
+    assert torch.allclose(fit_clip.encode_texts(model, tokens), whole, atol=1e-6)
 
 def test_caption_targets_follow_the_mix_and_describe_checks_every_attribute():
     attributes = {"colour": "red", "texture": "striped", "shape": "circle", "background": "navy"}

@@ -24,6 +24,8 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +136,24 @@ def image_features(model, processor, images: list[Image.Image]) -> torch.Tensor:
     return torch.stack([image_tokens.flatten() for image_tokens in tokens])
 
 
+@contextmanager
+def visual_tokens_read(model) -> Iterator[list[torch.Tensor]]:
+    """Inside the block, each forward pass of `model` over images appends what `image_features` would return for
+    them ([B, tokens x width]), taken from the pass itself: the attribute loss reads the visual tokens the language
+    model read, rather than running the vision tower a second time (a third of a description step)."""
+    passes: list[torch.Tensor] = []
+
+    def keep(visual, args, kwargs, output) -> None:
+        sizes = (kwargs["grid_thw"].prod(-1) // visual.spatial_merge_size ** 2).tolist()
+        passes.append(torch.stack([image_tokens.flatten() for image_tokens in output.pooler_output.split(sizes)]))
+
+    hook = model.model.visual.register_forward_hook(keep, with_kwargs=True)
+    try:
+        yield passes
+    finally:
+        hook.remove()
+
+
 class AttributeHeads(nn.Module):
     """One linear classifier per attribute kind over an image's flattened visual tokens.
 
@@ -209,10 +229,11 @@ def fit(model, processor, examples: list[CaptionExample], steps: int, seed: int,
         targets = [target(example, q, rng) for example, q in zip(batch, questions)]
         token_count = sum(len(response_token_ids(processor, t)) for t in targets)
         images = [e.image for e in batch]
-        logprobs = sequence_logprobs(model, processor, images, [translator_prompt(q) for q in questions], targets)
+        with visual_tokens_read(model) as visual_tokens:
+            logprobs = sequence_logprobs(model, processor, images, [translator_prompt(q) for q in questions], targets)
         if vision_frozen:
             return -logprobs.sum() / token_count
-        attributes = heads.loss(image_features(model, processor, images), batch)
+        attributes = heads.loss(visual_tokens[0], batch)
         return -logprobs.sum() / token_count + ATTRIBUTE_LOSS_WEIGHT * attributes
 
     losses = run_fit(model, optimizer, _one_cycle(optimizer, learning_rate, steps), steps, name, batch_loss)

@@ -134,6 +134,17 @@ def clip_loss(a: torch.Tensor, b: torch.Tensor, logit_scale: torch.Tensor) -> to
     return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
 
 
+def encode_texts(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Unit text features of `tokens` (rows of `model.encode_text`'s input), computed over the columns up to the
+    batch's longest text only: the text tower's attention is causal and it pools at the end-of-text token, so the
+    padding after a text changes no feature, and the zoo's texts are mostly shorter than the context."""
+    length = int(tokens.ne(0).sum(dim=1).max())
+    trimmed = {"positional_embedding": model.positional_embedding[:length],
+               "attn_mask": model.attn_mask[:length, :length]}
+    _, text_features, _ = torch.func.functional_call(model, trimmed, (None, tokens[:, :length]))
+    return text_features
+
+
 class ContrastiveBatches:
     """Draws (image, caption) and (description + aspect, passage) pairs, whole families at a time."""
 
@@ -171,8 +182,8 @@ def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
 
     def batch_loss() -> torch.Tensor:
         images, captions, queries, passages = batches.draw()
-        image_loss = clip_loss(model.encode_image(images), model.encode_text(tokenizer(captions)), model.logit_scale)
-        text_loss = clip_loss(model.encode_text(tokenizer(queries)), model.encode_text(tokenizer(passages)),
+        image_loss = clip_loss(model.encode_image(images), encode_texts(model, tokenizer(captions)), model.logit_scale)
+        text_loss = clip_loss(encode_texts(model, tokenizer(queries)), encode_texts(model, tokenizer(passages)),
                               model.logit_scale)
         return image_loss + text_loss
 
@@ -181,8 +192,7 @@ def fit(model, tokenizer, world: ContrastiveWorld, steps: int, seed: int,
 
 @torch.no_grad()
 def _encode_texts(model, tokenizer, texts: list[str]) -> torch.Tensor:
-    return torch.cat([F.normalize(model.encode_text(tokenizer(texts[i:i + 256])), dim=-1)
-                      for i in range(0, len(texts), 256)])
+    return torch.cat([encode_texts(model, tokenizer(texts[i:i + 256])) for i in range(0, len(texts), 256)])
 
 
 @torch.no_grad()

@@ -4,7 +4,9 @@ The zoo's fits form chains (`tiny-clip-init` -> `tiny-clip` -> `tiny-clip-v2`, `
 `tiny-lvlm-captioner` -> `tiny-lvlm-captioner-v2`, and `visual-reader` alone), and each fit is
 a loop over tiny matrices that a second thread barely speeds up. So `build_models` runs every
 model whose `needs` are built in its own spawned process, each with its share of the cores'
-threads; a model starts as soon as the models it warm-starts from are in the cache. Every
+threads (at least one); a model starts as soon as the models it warm-starts from are in the cache.
+There is a worker per chain even where there are fewer cores: the chains take similar times, and on
+two cores three chains sharing the cores end sooner than two chains with the third after them. Every
 build still goes through `ensure_built` (its file lock and atomic rename), so a worker and
 any other process building the same model never collide, and a fit's result does not depend
 on the process it ran in (each fit seeds its own generators).
@@ -31,8 +33,8 @@ from mmrag.zoo.fitting import hide_progress_bars
 
 
 def default_workers() -> int:
-    """One worker per core, at most one per chain that can run at once (3)."""
-    return max(1, min(os.cpu_count() or 1, 3))
+    """One worker per chain of fits a config's models form (3), whatever the number of cores (see above)."""
+    return 3
 
 
 def build_order(names: list[str]) -> list[str]:
