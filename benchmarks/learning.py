@@ -29,13 +29,17 @@ same questions (greedy, and the untrained reranker's output layers start at zero
 
 While training, each run evaluates greedily on the val split every --eval-every steps (by
 default on all of it): those curves are what any choice (steps, learning rates, k) may be judged
-on; the test split is only reported. Prints the test table (mean ± std over seeds and the
+on; the test split is only reported. Every choice on val (the step a run exports, component-level's k, each
+world's best training-free pipeline) reads the config's reward, as training does; every test figure that is
+compared (trained, untrained, gain, per kind, the targets, the paired differences) is exact match, whatever the
+reward (`mmrag.training.evaluate`), with the reward's test score beside it where the reward is not exact match
+itself (a reward model). Prints the test table (mean ± std over seeds and the
 questions and entities it rests on), the per-kind table and the targets (PASS / FAIL), draws the
 val curves to benchmarks/learning.png (another world's to learning-NAME.png), writes them as its section of
 benchmarks/RESULTS.md (one subsection per world) and writes benchmarks/results/learning.json (one record per
-world, run and seed; per world its `best_training_free`, targets and paired differences; each trained
-record's `reward_model_gap`, the reward model's test score minus exact match, null under the rule reward,
-and `queries_unlike_fixed_forms`). Each (run,
+world, run and seed; per world its `best_training_free` (with its `reward_model_gap`), targets and paired
+differences; each trained record's `reward_model_score`, the reward's test score, and `reward_model_gap`, that
+score minus exact match, both null where the reward is exact match, and `queries_unlike_fixed_forms`). Each (run,
 seed) is one job of two processes (train, then evaluate), --jobs at a time with one torch thread
 each, seed-major (every run's first seed before any run's second); a job already finished in --out
 with the same commands and the same resolved config (defaults included: a changed default reruns it)
@@ -72,7 +76,8 @@ from benchmarks.results import markdown_table, portable_assignment, publish
 from mmrag.config import ConfigError, config_to_dict, load_config
 from mmrag.data.dataset import questions_file
 from mmrag.presets import resolve_config
-from mmrag.training.evaluate import KIND_FIGURES, held_out_sample
+from mmrag.training.evaluate import (CHOICE_FIELD, KIND_FIGURES, TEST_FIELD, held_out_sample, mean_name,
+                                     reward_is_exact_match)
 from mmrag.training.metrics_log import read_metrics
 
 HERE = Path(__file__).resolve().parent
@@ -125,14 +130,15 @@ BASELINE_DESCRIPTIONS = {"no_retrieval": "baseline: no evidence", "untrained": "
                          "oracle": "baseline: gold evidence"}
 BASELINES = tuple(BASELINE_DESCRIPTIONS)
 TEST_FIGURES = ("recall_at_k", "gold_selected", "gold_first", "docs_kept_mean", "query_words_mean")
-"""What explains a test reward, recorded beside it (see `mmrag.training.evaluate.summarize`)."""
+"""What explains a test figure, recorded beside it (see `mmrag.training.evaluate.summarize`)."""
 SUMMARY_FIGURES = ("untrained", "trained", "gain", "recall_at_k", "gold_selected", "train_minutes")
 
 
 DEFAULT_WORLD = "default"
 WORLD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-OPTIONAL_FIGURES = ("queries_unlike_fixed_forms", "reward_model_gap")
-"""Per-record figures a run may lack (no fixed forms' queries; the rule reward): summarised where present."""
+OPTIONAL_FIGURES = ("queries_unlike_fixed_forms", "reward_model_score", "reward_model_gap")
+"""Per-record figures a run may lack (no fixed forms' queries; a reward that is exact match): summarised where
+present."""
 
 
 @dataclass(frozen=True)
@@ -380,28 +386,29 @@ def spread_of(values: list[float]) -> dict[str, float] | None:
 
 def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[str, str],
                world: str = DEFAULT_WORLD, fixed_queries: dict[str, dict[str, str]] | None = None,
-               rule_reward: bool = True) -> dict:
+               model_reward: bool = False) -> dict:
     """The run's test figures against `untrained` (the baseline record), per kind, its val curve, lag, ledger; the
     share of test questions whose query differs from every one of `fixed_queries` (form -> question id -> query;
-    None without them) and, under a model reward, its score minus exact match (`reward_model_gap`)."""
+    None without them) and, with `model_reward` (a reward that is not exact match), the reward's test score and
+    that score minus exact match (`reward_model_gap`)."""
     trained, by_kind, ids = evaluated(job.directory / "eval_test")
     trained, by_kind = trained["trained"], by_kind["trained"]
     history = read_metrics(job.directory)
     steps = [r for r in history if "eval" not in r]
     reranker = [r.get("reranker", {}) for r in steps]
     lags = [r["policy_lag"] for r in steps if "policy_lag" in r]
+    scores = figures_on_test(trained, model_reward)
     return {
         "world": world, "run": run, "seed": seed, "split": "test", "questions": len(ids),
         "entities": len({entity_of[i] for i in ids}),
-        "untrained": untrained["reward"], "trained": trained["reward_mean"],
-        "exact_match": trained["exact_match"],
-        "reward_model_gap": None if rule_reward else trained["reward_mean"] - trained["exact_match"],
+        "untrained": untrained[TEST_FIELD], "trained": scores[TEST_FIELD],
+        "reward_model_score": scores["reward_model_score"], "reward_model_gap": scores["reward_model_gap"],
         "queries_unlike_fixed_forms": None if fixed_queries is None else queries_unlike(
             trained_queries(job.directory / "eval_test"), fixed_queries),
-        "gain": trained["reward_mean"] - untrained["reward"],
+        "gain": scores[TEST_FIELD] - untrained[TEST_FIELD],
         **{name: trained[name] for name in TEST_FIGURES},
         "by_kind": {kind: {name: figures[name] for name in KIND_FIGURES} for kind, figures in by_kind.items()},
-        "val_curve": {str(r["step"]): r["eval"]["reward_mean"] for r in history if "eval" in r},
+        "val_curve": {str(r["step"]): r["eval"][mean_name(CHOICE_FIELD)] for r in history if "eval" in r},
         "val_final": next(r["eval"] for r in reversed(history) if "eval" in r),
         "policy_lag_mean": statistics.fmean(lags) if lags else None,
         "policy_lag_max": max(lags) if lags else None,
@@ -409,6 +416,16 @@ def run_record(run: str, seed: int, job: Job, untrained: dict, entity_of: dict[s
         "ledger": steps[-1].get("ledger"),
         "train_minutes": job.seconds[0] / 60, "eval_minutes": job.seconds[1] / 60,
     }
+
+
+def figures_on_test(metrics: dict[str, float], model_reward: bool) -> dict[str, float | None]:
+    """One setting's `mmrag eval` metrics -> its test figure (under `TEST_FIELD`: exact match), and with
+    `model_reward` the reward's test score (`reward_model_score`) and that score minus exact match
+    (`reward_model_gap`), else None for both."""
+    figure = metrics[mean_name(TEST_FIELD)]
+    score = metrics[mean_name(CHOICE_FIELD)] if model_reward else None
+    return {TEST_FIELD: figure, "reward_model_score": score,
+            "reward_model_gap": None if score is None else score - figure}
 
 
 def comparable(query: str) -> str:
@@ -430,16 +447,20 @@ def queries_unlike(queries: dict[str, str], fixed_queries: dict[str, dict[str, s
     return statistics.fmean(1.0 if u else 0.0 for u in unlike)
 
 
-def baseline_records(job: Job, entity_of: dict[str, str], world: str = DEFAULT_WORLD) -> list[dict]:
+def baseline_records(job: Job, entity_of: dict[str, str], world: str = DEFAULT_WORLD,
+                     model_reward: bool = False) -> list[dict]:
+    """One record per baseline setting: its test figures (`figures_on_test`), what explains them, per kind."""
     metrics, by_kind, ids = evaluated(job.directory / "eval_test")
-    return [{"world": world, "run": setting, "split": "test", "questions": len(ids), "entities": len({entity_of[i] for i in ids}),
-             "reward": metrics[setting]["reward_mean"], **{name: metrics[setting][name] for name in TEST_FIGURES},
-             "by_kind": by_kind[setting]} for setting in BASELINES]
+    return [{"world": world, "run": setting, "split": "test", "questions": len(ids),
+             "entities": len({entity_of[i] for i in ids}), **figures_on_test(metrics[setting], model_reward),
+             **{name: metrics[setting][name] for name in TEST_FIGURES}, "by_kind": by_kind[setting]}
+            for setting in BASELINES]
 
 
 def read_best_fixed(path: Path, test_questions: int) -> dict:
-    """The val-chosen best training-free pipeline of `benchmarks.baselines`, {name, k, test_reward, by_kind}, and
-    its `test_queries` (exits when missing or on other data)."""
+    """The val-chosen best training-free pipeline of `benchmarks.baselines`, {name, k, test_reward (exact match),
+    reward_model_gap (None where the reward is exact match), by_kind}, and its `test_queries` (exits when missing
+    or on other data)."""
     if not path.is_file():
         sys.exit(f"learning: {path} is missing; measure the fixed baselines first (python -m benchmarks.baselines "
                  "with this config)")
@@ -451,7 +472,8 @@ def read_best_fixed(path: Path, test_questions: int) -> dict:
         sys.exit(f"learning: {path} has no best_training_free; measure the baselines again (python -m "
                  "benchmarks.baselines with this config)")
     best = figures["best_training_free"]
-    return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"], "by_kind": best["by_kind"],
+    return {"name": best["name"], "k": best["k"], "test_reward": best["test_reward"],
+            "reward_model_gap": best.get("reward_model_gap"), "by_kind": best["by_kind"],
             "test_queries": figures.get("test_queries")}
 
 
@@ -499,7 +521,7 @@ def world_section(args: argparse.Namespace, result: WorldResult, plot: Path) -> 
         summary[run].update(figures)
     kinds = kind_summary(records, KIND_FIGURES)
     curves = mean_curves(records)
-    baseline_spreads = {b["run"]: Spread.of([b["reward"]]) for b in baselines}
+    baseline_spreads = {b["run"]: Spread.of([b[TEST_FIELD]]) for b in baselines}
     paired = {f"async-lag{lag} - async-lag{lag}-uncorrected": paired_difference(
         records, f"async-lag{lag}", f"async-lag{lag}-uncorrected") for lag in LAGS}
     paired.update({f"local-reference - {run}": paired_difference(records, "local-reference", run)
@@ -525,17 +547,22 @@ def world_section(args: argparse.Namespace, result: WorldResult, plot: Path) -> 
                 for r in records if r["run"].startswith("async")]
     extra = [[f"{run}: {name}", str(figures[name])] for run, figures in summary.items()
              for name in OPTIONAL_FIGURES if name in figures]
+    if best_fixed.get("reward_model_gap") is not None:  # beside the trained pipeline's, on the same test questions
+        extra.append([f"best training-free ({best_fixed['name']}): reward_model_gap",
+                      f"{best_fixed['reward_model_gap']:.3f}"])
     return (
         f"### World {world.name} ({where})\n\n{partial}"
         f"Seeds per run: {'; '.join(f'{run} {seeds[run]}' for run in seeds)}. Test: {count_text}. Best "
         f"training-free pipeline (chosen on val, `benchmarks.baselines`): **{best_fixed['name']}, k = "
-        f"{k_in_words(best_fixed['k'])}, test {best_fixed['test_reward']:.3f}**. Val curves in {plot.name}.\n\n"
+        f"{k_in_words(best_fixed['k'])}, test exact match {best_fixed['test_reward']:.3f}**. Val curves in "
+        f"{plot.name}.\n\n"
         f"{results_table(summary, {**BASELINE_DESCRIPTIONS, **args.descriptions}, baseline_spreads)}\n\n"
-        f"Per question kind (test; runs: reward mean ± std over seeds, the rest means):\n\n"
+        f"Per question kind (test; runs: exact match mean ± std over seeds, the rest means):\n\n"
         f"{kind_table(kinds, fixed_kinds)}\n\n"
         + (markdown_table(["run: figure", "test, mean ± std over seeds"], extra) + "\n\n" if extra else "")
         + f"Targets (test, mean over seeds):\n\n{targets_table(result.found)}\n\n"
-        + (markdown_table(["paired difference of test reward (same seed)", "mean ± standard error", "per seed"],
+        + (markdown_table(["paired difference of test exact match (same seed)", "mean ± standard error",
+                           "per seed"],
                           [[name, str(p), ", ".join(f"{d:+.3f}" for d in p.differences)]
                            for name, p in result.paired.items()]) + "\n\n" if result.paired else "")
         + (markdown_table(["async run", "seed", "policy lag (mean)", "importance ratio: step means (mean, min-max)",
@@ -551,7 +578,8 @@ def report(args: argparse.Namespace, results: list[WorldResult], wall_minutes: f
     """The Markdown section: the context, then one subsection per world."""
     records = [r for result in results for r in result.records]
     cfg = load_config(resolve_config(args.config), args.set)
-    rule = cfg.reward.backend == "rule"
+    reward_in_words = (f"the rule reward, {cfg.reward.metric}" if cfg.reward.backend == "rule"
+                       else f"{cfg.reward.backend} {cfg.reward.model}")
     text = (
         f"## Learning on the test split, {args.steps} steps ({datetime.date.today()})\n\n"
         f"Machine: {platform.platform()}, {os.cpu_count()} cores; {args.jobs} job(s) at a time, one torch thread "
@@ -559,14 +587,16 @@ def report(args: argparse.Namespace, results: list[WorldResult], wall_minutes: f
         f"{sum(r['train_minutes'] + r['eval_minutes'] for r in records):.0f} job-minutes. "
         f"Config {args.config or '(embedded defaults)'} {' '.join(args.portable_sets)}; "
         f"{args.steps} steps of {cfg.train.questions_per_step} questions (train.seed: initialisation, sampling, data "
-        f"order; every run of a world sees the same data). Every figure is greedy "
-        + ("exact-match reward" if rule else f"{cfg.reward.backend} reward (exact match beside it)")
-        + " on the test split, mean ± sample std over seeds; gain = trained - the untrained pipeline. Nothing was "
-        "chosen on test: each world's best training-free pipeline is the one best on its val split "
-        "(`benchmarks.baselines`), component-level's k is chosen on val, the val curves (every "
-        f"{args.eval_every} steps, mean ± std over seeds) are what any default was chosen on, the default world's "
-        "only. The steps target compares val curves (test is evaluated at the end only). The shuffled control "
-        "permutes reward and price together and exports its last step.\n\n")
+        f"order; every run of a world sees the same data). Training and every choice on val (the exported step, "
+        f"component-level's k, each world's best training-free pipeline) use the config's reward ({reward_in_words}); "
+        "every test figure (trained, untrained, gain, per kind, targets, paired differences) is greedy exact match "
+        "on the test split, mean ± sample std over seeds"
+        + ("" if reward_is_exact_match(cfg.reward) else ", with the reward's test score beside it "
+           "(`reward_model_score`, `reward_model_gap` = that score - exact match)")
+        + "; gain = trained - the untrained pipeline. Nothing was chosen on test: the val curves (every "
+        f"{args.eval_every} steps, the config's reward, mean ± std over seeds) are what any default was chosen on, "
+        "the default world's only. The steps target compares val curves (test is evaluated at the end only). The "
+        "shuffled control permutes reward and price together and exports its last step.\n\n")
     return text + "".join(world_section(args, result, world_plot(args.plot, result.world)) for result in results)
 
 
@@ -680,16 +710,16 @@ def main() -> None:
             print(f"learning: {len(failed)} job(s) failed ({', '.join(job.name for job in failed)}); reported "
                   "as unfinished. Run again to retry them (finished jobs are reused).", file=sys.stderr)
     wall_minutes = (time.perf_counter() - started) / 60
-    rule_reward = cfg.reward.backend == "rule"
+    model_reward = not reward_is_exact_match(cfg.reward)
     results = []
     for world, val, entity_of, best_fixed, baseline_job, jobs in planned:
         if not baseline_job.finished_before():
             sys.exit(f"learning: the baseline evaluation is not finished ({baseline_job.directory}); nothing to report")
         finished = {key: job for key, job in jobs.items() if job.finished_before()}
-        baselines = baseline_records(baseline_job, entity_of, world.name)
+        baselines = baseline_records(baseline_job, entity_of, world.name, model_reward)
         untrained = next(b for b in baselines if b["run"] == "untrained")
         records = [run_record(run, seed, job, untrained, entity_of, world.name, best_fixed["test_queries"],
-                              rule_reward) for (run, seed), job in finished.items()]
+                              model_reward) for (run, seed), job in finished.items()]
         if records:
             best = {name: value for name, value in best_fixed.items() if name != "test_queries"}
             results.append(WorldResult(world, records, baselines, best, val,

@@ -1,9 +1,11 @@
 """The learning benchmark's figures: per-seed records -> mean ± std per run, targets, table, curves.
 
 Second half of `benchmarks/learning.py`: that script trains and evaluates each (run, seed)
-and hands this module one record per pair (test-split rewards of the untrained and the
+and hands this module one record per pair (test-split figures of the untrained and the
 trained pipeline, per question kind, the val curve seen during training) and one baseline
 record per setting. Everything here is arithmetic on those records; nothing trains or evaluates.
+Test figures are exact match (`TEST_FIELD`); the val curves are the config's reward, what training and every
+choice on val read (`mmrag.training.evaluate`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen before pyplot loads)
 
 from benchmarks.results import markdown_table  # noqa: E402
+from mmrag.training.evaluate import TEST_FIELD  # noqa: E402
 
-CURVE_METRIC = "reward_mean"
-"""What the val curves plot: greedy mean reward (exact match) at each evaluation step."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def first_step_reaching(curve: dict[int, Spread], level: float) -> int | None:
 def steps_ratio_to_reach(curves: dict[str, dict[int, Spread]], fast: str, slow: str) -> float | None:
     """Steps `fast` takes to reach `slow`'s final val reward, over the steps `slow` took (inf: never reached).
 
-    Val curves (mean over seeds) stand in for test reward vs step: test is evaluated at the end only.
+    Val curves (mean over seeds) stand in for the test figure vs step: test is evaluated at the end only.
     """
     if fast not in curves or slow not in curves or not curves[slow]:
         return None
@@ -132,7 +133,7 @@ def steps_ratio_to_reach(curves: dict[str, dict[int, Spread]], fast: str, slow: 
 
 
 TRAINED_OVER_TRAINING_FREE = 0.10
-"""Test reward the trained pipeline must add to the best training-free pipeline (issue 63)."""
+"""Test exact match the trained pipeline must add to the best training-free pipeline (issue 63)."""
 OVER_COMPONENT_LEVEL = 0.02
 """... to component-level training, and the full pipeline to each component trained alone (paired by seed)."""
 QUERIES_UNLIKE_FIXED_FORMS = 0.50
@@ -148,7 +149,7 @@ def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, di
             components: tuple[str, ...] = ("translator-only", "reranker-only"),
             paired: dict[str, Paired] | None = None) -> list[Target]:
     """Issue 63's targets on the test split, mean over seeds (runs and figures missing are left out): `best_fixed`
-    is the best training-free pipeline's test reward; `paired` holds "`trained` - RUN" differences by seed;
+    is the best training-free pipeline's test exact match; `paired` holds "`trained` - RUN" differences by seed;
     `summary` may carry `queries_unlike_fixed_forms` and `reward_model_gap` per run."""
     if trained not in summary:
         return []
@@ -162,7 +163,7 @@ def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, di
     if component_level in mean:
         found.append(Target(f"{trained} - {component_level}", mean[trained] - mean[component_level], ">=",
                             OVER_COMPONENT_LEVEL))
-        visual = [kinds[run].get("visual", {}).get("reward") for run in (trained, component_level)]
+        visual = [kinds[run].get("visual", {}).get(TEST_FIELD) for run in (trained, component_level)]
         if None not in visual:
             found.append(Target(f"{trained} - {component_level}, visual questions", visual[0].mean - visual[1].mean,
                                 ">", 0.0))
@@ -195,7 +196,8 @@ def targets(summary: dict[str, dict[str, Spread]], kinds: dict[str, dict[str, di
 
 def summarize_optional(records: list[dict], figures: tuple[str, ...]) -> dict[str, dict[str, Spread]]:
     """Run -> figure -> Spread over the seeds whose record has the figure (not None); figures no seed has are
-    left out (the reward-model gap under the rule reward, query differences without the fixed forms' queries)."""
+    left out (the reward-model figures where the reward is exact match, query differences without the fixed forms'
+    queries)."""
     out: dict[str, dict[str, Spread]] = {}
     for run, rows in by_run(records).items():
         out[run] = {figure: Spread.of(values) for figure in figures
@@ -206,7 +208,8 @@ def summarize_optional(records: list[dict], figures: tuple[str, ...]) -> dict[st
 def results_table(summary: dict[str, dict[str, Spread]], descriptions: dict[str, str],
                   baselines: dict[str, Spread]) -> str:
     """Markdown: the baselines, then one row per run (mean ± std over seeds)."""
-    header = ["run", "what", "seeds", "test reward", "gain over untrained", "recall@K", "gold kept", "train min"]
+    header = ["run", "what", "seeds", "test exact match", "gain over untrained", "recall@K", "gold kept",
+              "train min"]
     rows = [[name, description, str(baselines[name].n), str(baselines[name]), "", "", "", ""]
             for name, description in descriptions.items() if name in baselines]
     for run, figures in summary.items():
@@ -223,12 +226,12 @@ def targets_table(found: list[Target]) -> str:
 
 
 def kind_table(kinds: dict[str, dict[str, dict[str, Spread]]], baselines: dict[str, dict[str, dict]]) -> str:
-    """Markdown: per (pipeline, question kind), test reward and documents kept (runs: mean ± std over seeds)."""
-    header = ["pipeline", "kind", "test reward", "docs kept", "kept 0", "kept >= 1", "kept >= 2", "gold kept"]
-    rows = [[name, kind, f"{f['reward']:.3f}", f"{f['docs_kept_mean']:.2f}", f"{f['docs_zero_fraction']:.2f}",
+    """Markdown: per (pipeline, question kind), test exact match and documents kept (runs: mean ± std over seeds)."""
+    header = ["pipeline", "kind", "test exact match", "docs kept", "kept 0", "kept >= 1", "kept >= 2", "gold kept"]
+    rows = [[name, kind, f"{f[TEST_FIELD]:.3f}", f"{f['docs_kept_mean']:.2f}", f"{f['docs_zero_fraction']:.2f}",
              f"{f['docs_at_least_one_fraction']:.2f}", f"{f['docs_at_least_two_fraction']:.2f}",
              f"{f['gold_selected']:.2f}"] for name, by_kind in baselines.items() for kind, f in by_kind.items()]
-    rows += [[run, kind, str(f["reward"]), f"{f['docs_kept_mean'].mean:.2f}", f"{f['docs_zero_fraction'].mean:.2f}",
+    rows += [[run, kind, str(f[TEST_FIELD]), f"{f['docs_kept_mean'].mean:.2f}", f"{f['docs_zero_fraction'].mean:.2f}",
               f"{f['docs_at_least_one_fraction'].mean:.2f}", f"{f['docs_at_least_two_fraction'].mean:.2f}",
               f"{f['gold_selected'].mean:.2f}"] for run, by_kind in kinds.items() for kind, f in by_kind.items()]
     return markdown_table(header, rows)
@@ -255,7 +258,7 @@ def plot_curves(curves: dict[str, dict[int, Spread]], path: Path, title: str) ->
         ax.fill_between(steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)],
                         color=line.get_color(), alpha=0.12)
     ax.set_xlabel("training step")
-    ax.set_ylabel("val mean reward (greedy, exact match)")
+    ax.set_ylabel("val mean reward (greedy, the config's reward)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

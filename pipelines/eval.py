@@ -4,7 +4,7 @@ Runs the inference path (greedy query, top-K, greedy selection, answer, reward) 
 question split in batches, for four settings side by side: no retrieval (no evidence),
 untrained pipeline, trained pipeline (--checkpoint RUN_DIR/export), and oracle evidence
 (the gold documents): what training bought, and the headroom left; then, per question kind
-(visual, one-fact, two-fact), each setting's reward and documents kept. On data converted from
+(visual, one-fact, two-fact), each setting's reward, exact match and documents kept. On data converted from
 a benchmark (`mmrag convert`), each setting also gets the benchmark's official scores
 ("official/..."), computed as `mmrag score` computes them. On Ray by default
 (Ray Data: the Parquet questions through `map_batches` with a predictor that loads the

@@ -20,9 +20,11 @@ from mmrag.retrieval.hit import Hit
 
 
 def records(rewards_by_k: dict[int, list[float]], kinds: list[str]) -> dict[int, list[dict]]:
-    """Per k, one record per question with its reward and predicted kind (k documents kept)."""
-    return {k: [{"kind": kind, "predicted_kind": kind, "reward": reward, "selected": [f"d{j}" for j in range(k)],
-                 "gold": []} for reward, kind in zip(rewards, kinds)] for k, rewards in rewards_by_k.items()}
+    """Per k, one record per question with its reward and predicted kind (k documents kept); its exact match is
+    its reward, as under the default rule reward."""
+    return {k: [{"kind": kind, "predicted_kind": kind, "reward": reward, "exact_match": reward,
+                 "selected": [f"d{j}" for j in range(k)], "gold": []} for reward, kind in zip(rewards, kinds)]
+            for k, rewards in rewards_by_k.items()}
 
 
 KINDS = ["visual", "visual", "one-fact", "one-fact"]

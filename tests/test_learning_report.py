@@ -39,8 +39,8 @@ def test_runs_are_summarised_over_their_own_seeds():
 
 def kinds(visual_reward: float, zero: float, one: float, two: float) -> dict:
     figures = {"docs_kept_mean": 1.0, "docs_at_least_one_fraction": 0.0, "docs_at_least_two_fraction": 0.0,
-               "docs_zero_fraction": 0.0, "gold_selected": 0.5, "reward": 0.5}
-    return {"visual": {**figures, "reward": visual_reward, "docs_zero_fraction": zero},
+               "docs_zero_fraction": 0.0, "gold_selected": 0.5, "reward": 0.5, "exact_match": 0.5}
+    return {"visual": {**figures, "reward": visual_reward, "exact_match": visual_reward, "docs_zero_fraction": zero},
             "one-fact": {**figures, "docs_at_least_one_fraction": one},
             "two-fact": {**figures, "docs_at_least_two_fraction": two}}
 
@@ -94,7 +94,7 @@ def test_results_table_has_the_baselines_then_one_row_per_run_with_mean_and_std(
     summary = summarize_runs([record("full", 0, 0.40), record("full", 1, 0.60)], FIGURES)
     table = results_table(summary, {"untrained": "baseline", "full": "both trained"},
                           {"untrained": Spread.of([0.05, 0.05])}).splitlines()
-    assert table[0].startswith("| run | what | seeds | test reward | gain over untrained |")
+    assert table[0].startswith("| run | what | seeds | test exact match | gain over untrained |")
     assert table[2].startswith("| untrained | baseline | 2 | 0.050 ± 0.000 |")
     assert table[3].startswith("| full | both trained | 2 | 0.500 ± 0.141 | +0.450 ± 0.141 |")
     assert len(table) == 4

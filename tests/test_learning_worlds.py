@@ -74,7 +74,7 @@ def test_a_query_equal_to_a_fixed_form_up_to_case_and_spacing_is_not_unlike_it()
 
 
 def record(world: str, run: str, seed: int, trained: float) -> dict:
-    kinds = {"visual": {"reward": trained, "docs_kept_mean": 0.0, "docs_zero_fraction": 1.0,
+    kinds = {"visual": {"reward": trained, "exact_match": trained, "docs_kept_mean": 0.0, "docs_zero_fraction": 1.0,
                         "docs_at_least_one_fraction": 0.0, "docs_at_least_two_fraction": 0.0, "gold_selected": 0.0}}
     return {"world": world, "run": run, "seed": seed, "questions": 10, "entities": 2, "untrained": 0.3,
             "trained": trained, "gain": trained - 0.3, "recall_at_k": 0.9, "gold_selected": 0.5, "train_minutes": 1.0,
@@ -87,7 +87,7 @@ def test_the_report_has_one_section_per_world_with_its_own_best_training_free_pi
     args.plot, args.jobs, args.portable_sets, args.descriptions = tmp_path / "learning.png", 1, [], {}
     results = []
     for world, best in ((World(DEFAULT_WORLD), 0.5), (World("seed7", ("--seed", "7")), 0.9)):
-        baselines = [{"world": world.name, "run": name, "reward": 0.3, "questions": 10, "entities": 2,
+        baselines = [{"world": world.name, "run": name, "exact_match": 0.3, "questions": 10, "entities": 2,
                       "by_kind": {}} for name in ("no_retrieval", "untrained", "oracle")]
         results.append(WorldResult(world, [record(world.name, "local-reference", 0, 0.7)], baselines,
                                    {"name": "rrf: question", "k": {"visual": 0, "one-fact": 3},
@@ -95,7 +95,7 @@ def test_the_report_has_one_section_per_world_with_its_own_best_training_free_pi
                                    {"v0": "e0"}, []))
     text = report(args, results, 1.0)
     assert "### World default (the config's data)" in text and "### World seed7 (`mmrag synth --seed 7`" in text
-    assert "learning-seed7.png" in text and "k = visual 0, one-fact 3, test 0.900" in text
+    assert "learning-seed7.png" in text and "k = visual 0, one-fact 3, test exact match 0.900" in text
     margins = {r.world.name: next(t for t in r.found if "training-free" in t.name) for r in results}
     assert margins["default"].met and not margins["seed7"].met, "0.7 clears 0.5 + 0.10, not 0.9 + 0.10"
     assert json.dumps([t.as_dict() for r in results for t in r.found])

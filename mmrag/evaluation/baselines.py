@@ -4,7 +4,9 @@ Every baseline is a fixed ranking of each question's documents, of which the fro
 the top k. k is chosen on the val split's mean reward among 0..`max_k` (`reranker.max_docs` by default;
 k = 0 is never retrieving), either once (`FixedBaseline.k`) or once per question kind predicted by a
 bag-of-words classifier fitted on the train split's questions (`FixedBaseline.k_per_kind`,
-`mmrag.evaluation.kind_classifier`); the test split is then read at that choice. The rankings:
+`mmrag.evaluation.kind_classifier`); the test split is then read at that choice. As everywhere
+(`mmrag.training.evaluate`): every choice reads the config's reward, as training does; every test figure
+is exact match, with the reward's test score beside it (`Choice.test_reward_model`). The rankings:
 
   dense: FORM        the query form through the encoder's text tower against the KB index
   bm25: FORM         the same query text through BM25 over the KB passages (`mmrag.retrieval.bm25`)
@@ -42,7 +44,7 @@ from mmrag.evaluation.settings import gold_doc_hits
 from mmrag.models.translator import question_in_query
 from mmrag.retrieval.bm25 import BM25Index, reciprocal_rank_fusion, tokens
 from mmrag.retrieval.hit import Hit
-from mmrag.training.evaluate import summarize_by_kind
+from mmrag.training.evaluate import CHOICE_FIELD, TEST_FIELD, summarize_by_kind
 from mmrag.training.fixed_k import BATCH, choose_k, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
@@ -71,11 +73,13 @@ class FixedBaseline:
 
     @property
     def val_by_k(self) -> dict[int, float]:
-        return {k: mean_reward(self.val[k]) for k in self.ks}
+        """k -> the val reward (`CHOICE_FIELD`): what k is chosen on."""
+        return {k: mean_of(self.val[k], CHOICE_FIELD) for k in self.ks}
 
     @property
     def test_by_k(self) -> dict[int, float]:
-        return {k: mean_reward(self.test[k]) for k in self.ks}
+        """k -> the test figure (`TEST_FIELD`)."""
+        return {k: mean_of(self.test[k], TEST_FIELD) for k in self.ks}
 
     @property
     def k(self) -> int:
@@ -83,17 +87,17 @@ class FixedBaseline:
 
     @property
     def val_reward(self) -> float:
-        return mean_reward(self.val[self.k])
+        return self.val_by_k[self.k]
 
     @property
     def test_reward(self) -> float:
-        return mean_reward(self.test[self.k])
+        return self.test_by_k[self.k]
 
     @property
     def k_per_kind(self) -> dict[str, int]:
         """Predicted kind -> the k with the best val reward over the val questions predicted of that kind."""
         kinds = dict.fromkeys(r["predicted_kind"] for r in self.val[self.ks[0]])
-        return {kind: choose_k({k: mean_reward([r for r in self.val[k] if r["predicted_kind"] == kind])
+        return {kind: choose_k({k: mean_of([r for r in self.val[k] if r["predicted_kind"] == kind], CHOICE_FIELD)
                                 for k in self.ks}) for kind in kinds}
 
     def per_kind_records(self, split: str) -> list[dict]:
@@ -103,10 +107,9 @@ class FixedBaseline:
 
     def choices(self) -> list[Choice]:
         """The single-k choice, then the one-k-per-predicted-kind choice."""
-        return [Choice(self.name, self.k, self.val_reward, self.test_reward, summarize_by_kind(self.test[self.k])),
-                Choice(f"{self.name}, k per predicted kind", self.k_per_kind,
-                       mean_reward(self.per_kind_records("val")), mean_reward(self.per_kind_records("test")),
-                       summarize_by_kind(self.per_kind_records("test")))]
+        return [Choice.of(self.name, self.k, self.val[self.k], self.test[self.k]),
+                Choice.of(f"{self.name}, k per predicted kind", self.k_per_kind, self.per_kind_records("val"),
+                          self.per_kind_records("test"))]
 
     def as_dict(self) -> dict:
         single, per_kind = self.choices()
@@ -116,22 +119,36 @@ class FixedBaseline:
 
 @dataclass(frozen=True)
 class Choice:
-    """A baseline at its val-chosen k (an int, or predicted kind -> k), its val and test reward and its test
-    figures per question kind (`summarize_by_kind`)."""
+    """A baseline at its val-chosen k (an int, or predicted kind -> k): its val reward (what it was chosen on), its
+    test figure (`test_reward`: exact match), the reward's test score beside it and its test figures per question
+    kind (`summarize_by_kind`)."""
 
     name: str
     k: int | dict[str, int]
     val_reward: float
     test_reward: float
+    test_reward_model: float
+    """The config's reward on test (under a reward model, its score; `reward_model_gap` is this - `test_reward`)."""
     by_kind: dict[str, dict[str, float]]
+
+    @classmethod
+    def of(cls, name: str, k: int | dict[str, int], val: list[dict], test: list[dict]) -> Choice:
+        """The choice read from its val and test records."""
+        return cls(name, k, mean_of(val, CHOICE_FIELD), mean_of(test, TEST_FIELD), mean_of(test, CHOICE_FIELD),
+                   summarize_by_kind(test))
+
+    @property
+    def reward_model_gap(self) -> float:
+        return self.test_reward_model - self.test_reward
 
     def as_dict(self) -> dict:
         return {"name": self.name, "k": self.k, "val_reward": self.val_reward, "test_reward": self.test_reward,
-                "by_kind": self.by_kind}
+                "test_reward_model": self.test_reward_model, "by_kind": self.by_kind}
 
 
-def mean_reward(records: list[dict]) -> float:
-    return statistics.fmean(r["reward"] for r in records) if records else 0.0
+def mean_of(records: list[dict], field: str) -> float:
+    """The mean of a record field (`CHOICE_FIELD` or `TEST_FIELD`); 0 over no records."""
+    return statistics.fmean(r[field] for r in records) if records else 0.0
 
 
 def best_fixed(baselines: Sequence[FixedBaseline]) -> FixedBaseline:
@@ -173,7 +190,7 @@ def training_free_baselines(pipeline: LocalPipeline, train: list[Question], val:
     ks = tuple(range(max(max_k, evaluated_k or 0) + 1))
     splits = {"val": decoded(val), "test": decoded(test)}
     predicted = kind_predictions(train, splits)
-    read: dict[tuple, float] = {}
+    read: dict[tuple, dict[str, float]] = {}
     score = lambda rankings: scored(pipeline, rankings, splits, predicted, ks, max_k, read)  # noqa: E731
     responses = {split: captions(pipeline, questions) for split, questions in splits.items()}
     sighted = pipeline.reranker.visual_reader is not None
@@ -225,9 +242,10 @@ def kind_predictions(train: list[Question], splits: dict[str, list[Question]]) -
 
 
 def scored(pipeline: LocalPipeline, rankings: Rankings, splits: dict[str, list[Question]],
-           predicted: dict[str, list[str]], ks: Sequence[int], max_k: int, read: dict[tuple, float]) -> FixedBaseline:
+           predicted: dict[str, list[str]], ks: Sequence[int], max_k: int,
+           read: dict[tuple, dict[str, float]]) -> FixedBaseline:
     """The top k of each ranking for every k of `ks`, on val and test, each record with its predicted kind (`read`:
-    the rewards of evidence already read, `records_by_k`)."""
+    the scores of evidence already read, `records_by_k`)."""
     records = {}
     for split, questions in splits.items():
         records[split] = records_by_k(pipeline, questions, rankings.hits[split], ks, read)

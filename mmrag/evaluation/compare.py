@@ -5,7 +5,7 @@ summary of `mmrag.training.evaluate.summarize` (reward, recall@K, documents kept
 length), every lenient answer metric, recall@1/@5 over the questions that have gold
 documents, and, for converted benchmark data (a references file beside the questions),
 the benchmark's official aggregates under "official/...", computed by the same scorers as
-`mmrag score`; beside them, per question kind, the reward and the documents kept
+`mmrag score`; beside them, per question kind, the reward, exact match and the documents kept
 (`compare_by_kind`, `kind_table`). For A-OKVQA multiple choice the free-form answer is first mapped to an
 option (`choice_for_answer`; an answer naming no option is scored as a wrong choice).
 """
@@ -68,13 +68,16 @@ def compare_by_kind(records: list[dict]) -> dict[str, dict[str, dict[str, float]
 
 
 def kind_table(by_kind: dict[str, dict[str, dict[str, float]]]) -> str:
-    """One row per (setting, question kind): questions, reward and the documents kept."""
-    header = ["setting", "kind", "questions", "reward", "docs kept", "kept 0", "kept >=1", "kept >=2", "gold kept"]
+    """One row per (setting, question kind): questions, reward, exact match and the documents kept (a figure the
+    records lack shows as '-')."""
+    header = ["setting", "kind", "questions", "reward", "exact match", "docs kept", "kept 0", "kept >=1", "kept >=2",
+              "gold kept"]
     widths = [max(14, len(h) + 2) for h in header]
     lines = ["".join(f"{h:>{w}}" for h, w in zip(header, widths))]
     for setting, kinds in by_kind.items():
         for kind, figures in kinds.items():
-            cells = [setting, kind, str(figures["questions"]), *(f"{figures[c]:.3f}" for c in KIND_FIGURES)]
+            cells = [setting, kind, str(figures["questions"]),
+                     *(f"{figures[c]:.3f}" if c in figures else "-" for c in KIND_FIGURES)]
             lines.append("".join(f"{c:>{w}}" for c, w in zip(cells, widths)))
     return "\n".join(lines)
 

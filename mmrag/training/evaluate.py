@@ -5,6 +5,12 @@ implementation and reports the mean reward plus what explains it: retrieval reca
 gold documents, how often a gold document was among the kept ones, how many documents were
 kept, query length; and, per question kind (visual, one-fact, two-fact: the knowledge a
 question demands), the reward and how many documents were kept (`summarize_by_kind`).
+
+Each record carries two scores of its answer, and which one a figure reads is said once, here: every choice made
+on val (a k, a weight, the best pipeline, the step a run exports) reads `CHOICE_FIELD`, the config's reward, the
+only signal training sees; every test figure that is compared reads `TEST_FIELD`, exact match against the
+references, whatever the reward. Where the reward is not exact match itself (a reward model), its test score is
+reported beside exact match (`reward_model_gap`).
 """
 
 from __future__ import annotations
@@ -12,11 +18,28 @@ from __future__ import annotations
 import statistics
 from typing import TypeVar
 
+from mmrag.config import RewardConfig
 from mmrag.data.dataset import KINDS, Question
 from mmrag.metrics.answers import exact_match
 from mmrag.training.stages import QuestionTable, Stages
 
 T = TypeVar("T")
+
+CHOICE_FIELD = "reward"
+"""The record field every choice on val reads: the config's reward, as training does."""
+TEST_FIELD = "exact_match"
+"""The record field every compared test figure reads: exact match, whatever reward the pipeline trained on."""
+
+
+def mean_name(field: str) -> str:
+    """The name `summarize` gives the mean of a record field ("reward" -> "reward_mean")."""
+    return f"{field}_mean"
+
+
+def reward_is_exact_match(cfg: RewardConfig) -> bool:
+    """Whether the config's reward is the test figure itself (the rule reward scoring exact match): then its test
+    score is the test figure and has no gap to report."""
+    return cfg.backend == "rule" and cfg.metric == TEST_FIELD
 
 
 def greedy_batch(stages: Stages, questions: list[Question]) -> list[dict]:
@@ -49,11 +72,12 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
     def rate(hit) -> float:
         return statistics.fmean(1.0 if hit(p) else 0.0 for p in predictions)
 
+    shown = ((mean_name(CHOICE_FIELD), CHOICE_FIELD), ("docs_kept_mean", "docs_kept_mean"),
+             ("docs_zero_fraction", "docs_zero_fraction"))
     per_kind = {f"{kind}/{name}": figures[figure] for kind, figures in summarize_by_kind(predictions).items()
-                if kind in KINDS for name, figure in (("reward_mean", "reward"), ("docs_kept_mean", "docs_kept_mean"),
-                                                         ("docs_zero_fraction", "docs_zero_fraction"))}
+                if kind in KINDS for name, figure in shown}
     return {
-        "reward_mean": statistics.fmean(p["reward"] for p in predictions),
+        mean_name(CHOICE_FIELD): statistics.fmean(p[CHOICE_FIELD] for p in predictions),
         "recall_at_k": rate(lambda p: set(p["gold"]) & set(p["retrieved"])),
         "gold_selected": rate(lambda p: set(p["gold"]) & set(p["selected"])),
         "gold_first": rate(lambda p: p["selected"][:1] and p["selected"][0] in p["gold"]),
@@ -62,20 +86,21 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         **per_kind,
         # A reward model's score can depart from exact match (paraphrases, its errors): both are reported
         # (records written before they carried exact match have none).
-        **({"exact_match_mean": statistics.fmean(p["exact_match"] for p in predictions)}
-           if all("exact_match" in p for p in predictions) else {}),
+        **({mean_name(TEST_FIELD): statistics.fmean(p[TEST_FIELD] for p in predictions)}
+           if all(TEST_FIELD in p for p in predictions) else {}),
     }
 
 
-KIND_FIGURES = ("reward", "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
+KIND_FIGURES = (CHOICE_FIELD, TEST_FIELD, "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
                 "docs_at_least_two_fraction", "gold_selected")
 """What `summarize_by_kind` reports of each kind besides its number of questions."""
 
 
 def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
-    """Per question kind present (in `KINDS` order, then any other, e.g. "unknown"): mean reward, documents
-    kept (mean; fractions keeping 0, >= 1, >= 2) and how often a gold document was kept, over `greedy_batch`
-    records. A kind with no gold documents (visual) has gold_selected 0: nothing there can be kept."""
+    """Per question kind present (in `KINDS` order, then any other, e.g. "unknown"): mean reward and exact match
+    (where every record carries it), documents kept (mean; fractions keeping 0, >= 1, >= 2) and how often a gold
+    document was kept, over `greedy_batch` records. A kind with no gold documents (visual) has gold_selected 0:
+    nothing there can be kept."""
     grouped: dict[str, list[dict]] = {}
     for record in predictions:
         grouped.setdefault(record.get("kind", "unknown"), []).append(record)
@@ -84,7 +109,9 @@ def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
     def figures(records: list[dict]) -> dict[str, float]:
         kept = [len(r["selected"]) for r in records]
         return {"questions": len(records),
-                "reward": statistics.fmean(r["reward"] for r in records),
+                CHOICE_FIELD: statistics.fmean(r[CHOICE_FIELD] for r in records),
+                **({TEST_FIELD: statistics.fmean(r[TEST_FIELD] for r in records)}
+                   if all(TEST_FIELD in r for r in records) else {}),
                 "docs_kept_mean": statistics.fmean(kept),
                 "docs_zero_fraction": statistics.fmean(1.0 if n == 0 else 0.0 for n in kept),
                 "docs_at_least_one_fraction": statistics.fmean(1.0 if n >= 1 else 0.0 for n in kept),

@@ -9,8 +9,10 @@ the earlier step: a later step must beat it by more than nothing to replace it.
 
 from __future__ import annotations
 
-EXPORT_METRIC = "reward_mean"
-"""The held-out metric `best_val` maximises."""
+from mmrag.training.evaluate import CHOICE_FIELD, mean_name
+
+EXPORT_METRIC = mean_name(CHOICE_FIELD)
+"""The held-out metric `best_val` maximises: the config's reward, a choice on val like every other."""
 
 
 def best_validation_step(evaluations: dict[int, dict[str, float]]) -> int:

@@ -12,7 +12,9 @@ import statistics
 from collections.abc import Sequence
 
 from mmrag.data.dataset import Question
+from mmrag.metrics.answers import exact_match
 from mmrag.retrieval.hit import Hit
+from mmrag.training.evaluate import CHOICE_FIELD, TEST_FIELD
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
@@ -30,12 +32,13 @@ def choose_k(val_by_k: dict[int, float]) -> int:
 
 
 def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[list[Hit]],
-                 ks: Sequence[int] = K_CHOICES, rewards: dict[tuple, float] | None = None) -> dict[int, list[dict]]:
-    """For every k, one record per question (kind, reward, selected and gold ids, as `greedy_batch` writes them)
-    when the generator reads the top k of the question's `hits`. `rewards`, when given, holds the reward of every
-    (question id, evidence doc ids) already read and gains the new ones: the generator and the reward are frozen and
-    greedy, so many rankings that hand a question the same documents share one reading."""
-    known = {} if rewards is None else rewards
+                 ks: Sequence[int] = K_CHOICES, scores: dict[tuple, dict[str, float]] | None = None
+                 ) -> dict[int, list[dict]]:
+    """For every k, one record per question (kind, reward, exact match, selected and gold ids, as `greedy_batch`
+    writes them) when the generator reads the top k of the question's `hits`. `scores`, when given, holds the reward
+    and exact match of every (question id, evidence doc ids) already read and gains the new ones: the generator and
+    the reward are frozen and greedy, so many rankings that hand a question the same documents share one reading."""
+    known = {} if scores is None else scores
     records: dict[int, list[dict]] = {k: [] for k in ks}
     for start in range(0, len(questions), BATCH):
         batch, batch_hits = questions[start:start + BATCH], hits[start:start + BATCH]
@@ -45,12 +48,13 @@ def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[
             unread = [i for i, key in enumerate(keys) if key not in known]
             if unread:
                 answers = pipeline.answer(table, unread, [[hit.text for hit in batch_hits[i][:k]] for i in unread])
-                known.update((keys[i], float(reward)) for i, reward in zip(unread, pipeline.score(table, unread,
-                                                                                                   answers)))
-            records[k].extend({"kind": q.kind, "reward": known[key], "selected": list(key[1]),
-                               "gold": list(q.gold_doc_ids)} for q, key in zip(batch, keys))
+                rewards = pipeline.score(table, unread, answers)
+                known.update((keys[i], {CHOICE_FIELD: float(reward), TEST_FIELD: exact_match(answer, batch[i].answers)})
+                             for i, answer, reward in zip(unread, answers, rewards))
+            records[k].extend({"kind": q.kind, **known[key], "selected": list(key[1]), "gold": list(q.gold_doc_ids)}
+                              for q, key in zip(batch, keys))
     return records
 
 
 def mean_reward_by_k(records: dict[int, list[dict]]) -> dict[int, float]:
-    return {k: statistics.fmean(r["reward"] for r in rows) for k, rows in records.items()}
+    return {k: statistics.fmean(r[CHOICE_FIELD] for r in rows) for k, rows in records.items()}
