@@ -12,7 +12,7 @@ from mmrag.metrics.answers import exact_match
 from mmrag.models.generator import build_generator
 from mmrag.models.lvlm_generator import bounded_evidence
 from mmrag.zoo.reader_behaviour import DIRECT_FACT, MISLEADABLE_FACT, VISUAL_LOOK, Condition
-from mmrag.zoo.reader_cases import reader_world
+from mmrag.zoo.reader_cases import copy_drill_case, reader_world
 
 CASES = 24
 WORLD_SEED = 9300
@@ -53,6 +53,17 @@ def test_passages_past_the_evidence_bound_are_left_out_whole(zoo_dir):
     assert bounded_evidence(tokenizer, documents, first_two - 1) == documents[:1]
     assert bounded_evidence(tokenizer, documents, 0) == documents
     assert bounded_evidence(tokenizer, documents, 1) == []
+
+
+def test_a_copy_drill_states_a_fresh_value_in_its_gold_passage_and_asks_for_it(world):
+    rng = random.Random(0)
+    drills = [copy_drill_case(world, rng) for _ in range(50)]
+    true_answers = {q.id: q.answers[0] for q in world.questions}
+    for drill in drills:
+        assert drill.stated_answer(len(drill.passages)) == drill.truth, drill
+        assert sum(drill.truth in text for text in drill.documents) == 1, drill.documents
+    # Freshly drawn: a height of 10..400 may meet the entity's own now and then, never most of the time.
+    assert sum(drill.truth != true_answers[drill.question.id] for drill in drills) >= 45
 
 
 NOT_READING = ("measured: the fitted reader answers a fact in the asked form (a number for a year or height, a name "

@@ -25,7 +25,7 @@ from examples, not written as rules.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from PIL import Image
 
@@ -33,7 +33,7 @@ from mmrag.data.dataset import ONE_FACT, TWO_FACT, VISUAL, Doc, Question
 from mmrag.data.question_kinds import demand_of
 from mmrag.data.synth_v3 import make_world_v3
 from mmrag.data.wording_v3 import described_look, linked_anchor, read_attribute, read_fact, stated_fact
-from mmrag.data.world import RELATIONS
+from mmrag.data.world import RELATIONS, WordMint
 
 
 @dataclass
@@ -201,6 +201,25 @@ def drill_case(world: ReaderWorld, rng: random.Random) -> ReaderCase:
     if question.kind == VISUAL:
         return build_case(world, question, rng, distractors=0)
     return build_case(world, question, rng, distractors=rng.randint(0, DRILL_DISTRACTORS))
+
+
+def copy_drill_case(world: ReaderWorld, rng: random.Random) -> ReaderCase:
+    """A copy drill: a direct fact whose gold passage states a value drawn afresh (as the world draws a year,
+    height, city or architect) instead of the entity's, among 0..`DRILL_DISTRACTORS` other passages. Its answer
+    cannot be remembered from other cases: only copying it from the passage fits it."""
+    while True:
+        question = rng.choice(world.drills)
+        if question.kind == VISUAL:
+            continue
+        case = build_case(world, question, rng, distractors=rng.randint(0, DRILL_DISTRACTORS))
+        gold = next(doc for doc in case.passages if doc.doc_id in question.gold_doc_ids)
+        if gold.text.count(case.truth) != 1:
+            continue
+        relation = RELATIONS[demand_of(question.question).relations[0]]
+        value = relation.draw_value(rng, WordMint(rng, question.question))
+        passages = [replace(doc, text=doc.text.replace(case.truth, value)) if doc is gold else doc
+                    for doc in case.passages]
+        return replace(case, question=replace(question, answers=[value]), passages=passages)
 
 
 def sample_case(world: ReaderWorld, rng: random.Random) -> ReaderCase:
