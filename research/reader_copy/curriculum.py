@@ -1,6 +1,6 @@
 """Does a copy curriculum make the zoo reader copy values from its passages?
 
-Not a test: `PYTHONPATH=. python research/reader-copy/curriculum.py NAME [--layers 4] [--repeat-steps 1000] ...` from
+Not a test: `python -m research.reader_copy.curriculum NAME [--layers 4] [--repeat-steps 1000] ...` from
 the repository root, with `zoo:tiny-lvlm-captioner-v2` built in --cache-dir. Fits a reader like
 `mmrag.zoo.fit_reader` does (teacher forcing on the generator's own prompts, vision tower frozen), in phases, each
 with its own AdamW and one-cycle schedule:
@@ -14,7 +14,7 @@ with its own AdamW and one-cycle schedule:
 
 `--layers N` replaces the captioner's text model by a freshly initialised one of N layers (same widths; the vision
 tower is kept). After phase 1 it reports the repeat accuracy; at the end the zoo build's summary rows of the held-out
-behaviour table and the copy-drill accuracy on the held-out world. Writes research/reader-copy/results/NAME.json.
+behaviour table and the copy-drill accuracy on the held-out world. Writes research/reader_copy/results/NAME.json.
 """
 
 from __future__ import annotations
