@@ -7,7 +7,8 @@ the answer goes to the reward model. Three backends share one `.answer` signatur
   `mmrag.models.lvlm_generator`, imported only when this backend is built: it alone needs transformers);
 * `grounded`: `GroundedReader`, world v2's local-mode generator: the image through a frozen
   visual reader, overridden by evidence that states the asked attribute; facts from the
-  evidence, in order; a two-fact answer needs both passages;
+  evidence, in order; a two-fact answer needs both passages (its visual reader, imported when this
+  backend is built, is the one reader that needs torch);
 * `extractive`: `ExtractiveReader`, world v1's, which can only answer from the evidence it is
   given, so retrieval quality decides the reward.
 """
@@ -23,7 +24,6 @@ from mmrag.model_refs import resolve
 from mmrag.models.batches import check_batch_lengths
 from mmrag.models.extractive_reader import ExtractiveReader
 from mmrag.models.grounded_reader import GroundedReader
-from mmrag.models.visual_reader import load_visual_reader
 
 
 class Generator(Protocol):
@@ -48,6 +48,9 @@ class GroundedGenerator:
     """`GroundedReader` behind the generator signature."""
 
     def __init__(self, visual_reader_path: str):
+        # torch: seconds of import in every generator process, and only this backend's visual reader needs it
+        from mmrag.models.visual_reader import load_visual_reader
+
         self.reader = GroundedReader(load_visual_reader(visual_reader_path))
 
     def answer(self, images: list[Image.Image | None], questions: list[str], evidence: list[list[str]]) -> list[str]:

@@ -20,11 +20,15 @@ questions the best selection is none.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PIL import Image
 
 from mmrag.data.question_kinds import demand_of, two_fact_answer
 from mmrag.data.wording_v3 import read_attribute, read_fact
-from mmrag.models.visual_reader import VisualReader
+
+if TYPE_CHECKING:  # the reader is handed its eye; only the eye's own module needs torch
+    from mmrag.models.visual_reader import VisualReader
 
 UNKNOWN = "unknown"
 
