@@ -184,7 +184,7 @@ def main() -> None:
         results["wall_time_s"] = {mode: w["seconds"] for mode, w in walls.items()}
         sections.append("\n\n".join([
             "### Wall time of the whole run",
-            f"{args.config}, {args.steps} steps, no simulation, start-up and evaluations included.",
+            f"The config above, {args.steps} steps, no simulation, start-up and evaluations included.",
             markdown_table(["mode", "wall time", "held-out reward at the end"],
                            [[mode, f"{w['seconds'] / 60:.1f} min", f"{w['final_reward']:.3f}"]
                             for mode, w in walls.items()])]))
