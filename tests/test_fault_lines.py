@@ -122,27 +122,46 @@ def test_a_learner_rank_that_raises_or_hangs_logs_a_line_naming_the_rank_and_the
                         r"within 1 s \(learner.call_timeout_s\)", hung), hung
 
 
-def _ray_metric(ray, name: str, tags: dict[str, str], timeout_s: float = 60.0) -> float:
-    """The value the node's Prometheus endpoint exports for metric `name` with `tags`, once it has one."""
+def _ray_metric(ray, name: str, tags: dict[str, str]) -> float:
+    """The value the node's Prometheus endpoint exports now for metric `name` with `tags` (0 before any)."""
     node = ray._private.worker.global_worker.node
     url = f"http://{node.node_ip_address}:{node.metrics_export_port}/metrics"
     wanted = [f'{key}="{value}"' for key, value in tags.items()]
+    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+        if line.startswith(f"ray_{name}") and all(tag in line for tag in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+METRICS_REPORT_S = 12.0
+"""Longer than the period in which a Ray process reports its metrics to the node's endpoint (10 s by default)."""
+
+
+def _wait_for_ray_metric(ray, name: str, tags: dict[str, str], value: float, timeout_s: float = 60.0) -> None:
+    """Wait until the node exports `value` for `name` with `tags` (metrics reach the endpoint every few seconds)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
-            if line.startswith(f"ray_{name}") and all(tag in line for tag in wanted):
-                return float(line.rsplit(" ", 1)[1])
+    while (seen := _ray_metric(ray, name, tags)) != value and time.monotonic() < deadline:
         time.sleep(1.0)
-    raise AssertionError(f"{url}: no {name} with {tags} within {timeout_s:g} s")
+    assert seen == value, f"{name} {tags}: {seen:g} after {timeout_s:g} s, expected {value:g}"
 
 
 @pytest.mark.slow  # Ray metrics
 def test_the_pools_faults_and_the_drivers_learner_restores_and_stale_batches_are_counted_in_the_ray_metric(
         ray_session):
+    """Counted on top of what earlier tests of the session's Ray counted (its counters live as long as it does)."""
+    counted = {("unfit", "answer pool"): 1, ("learner_restore", "learner group"): 1,
+               ("stale_batch_dropped", "rollouts"): 2}
+
+    def read() -> dict:
+        return {key: _ray_metric(ray_session, "mmrag_faults", {"kind": key[0], "where": key[1]}) for key in counted}
+
+    # Counts of earlier tests may still be on their way to the endpoint: read once nothing changes for a report period.
+    before = read()
+    while time.sleep(METRICS_REPORT_S) or (now := read()) != before:
+        before = now
     FaultLog("answer pool").record("unfit", "replica 1 leaves the pool")
     count_driver_faults({"learner_restore": 1, "stale_batch_dropped": 2, "failed_batch": 0})
-    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "unfit", "where": "answer pool"}) == 1
-    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "learner_restore", "where": "learner group"}) == 1
-    assert _ray_metric(ray_session, "mmrag_faults", {"kind": "stale_batch_dropped", "where": "rollouts"}) == 2
+    for (kind, where), n in counted.items():
+        _wait_for_ray_metric(ray_session, "mmrag_faults", {"kind": kind, "where": where}, before[(kind, where)] + n)
     with pytest.raises(ValueError, match="driver fault kind: expected one of learner_restore, .*, got 'outage'"):
         count_driver_faults({"outage": 1})
