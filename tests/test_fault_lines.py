@@ -156,9 +156,11 @@ def test_the_pools_faults_and_the_drivers_learner_restores_and_stale_batches_are
         return {key: _ray_metric(ray_session, "mmrag_faults", {"kind": key[0], "where": key[1]}) for key in counted}
 
     # Counts of earlier tests may still be on their way to the endpoint: read once nothing changes for a report period.
-    before = read()
-    while time.sleep(METRICS_REPORT_S) or (now := read()) != before:
-        before = now
+    before, settled = read(), False
+    while not settled:
+        time.sleep(METRICS_REPORT_S)
+        now = read()
+        before, settled = now, now == before
     FaultLog("answer pool").record("unfit", "replica 1 leaves the pool")
     count_driver_faults({"learner_restore": 1, "stale_batch_dropped": 2, "failed_batch": 0})
     for (kind, where), n in counted.items():
