@@ -41,6 +41,8 @@ from mmrag.training.metrics_log import step_records
 RESULTS_JSON = Path(__file__).with_name("results") / "soak.json"
 RSS_POLL_S = 2.0
 """How often the driver's resident memory is sampled."""
+FAILURE_TAIL_LINES = 40
+"""How many of the driver's last output lines a run that exited non-zero keeps in its figures."""
 
 
 
@@ -142,7 +144,15 @@ def _figures(run: Run, run_dir: Path, faults: Counter) -> dict:
             "steps_per_s": len(records) / stepping if stepping else 0.0, "faults": dict(faults),
             "rollouts_lost": final["ledger"]["failed"], "trained_rollouts_in_order": _contiguous(records),
             "trained_rollouts": len(trained), "rss_growth": growth,
-            "survived": all(code == 0 for code in run.exit_codes) and bool(records)}
+            "survived": all(code == 0 for code in run.exit_codes) and bool(records),
+            "failure_tail": _failure_tail(run)}
+
+
+def _failure_tail(run: Run) -> list[str]:
+    """The driver's last output lines when a part of the run exited non-zero (why it did not survive), else []."""
+    if all(code == 0 for code in run.exit_codes) or not run.log.is_file():
+        return []
+    return run.log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
 
 
 def _steps_logged(run_dir: Path) -> int:
@@ -207,10 +217,13 @@ def _report(runs: list[dict], args, config: str) -> str:
     kinds = Counter()
     for r in runs:
         kinds.update(r["soak"]["faults"])
+    failures = "".join(f"\nlag {r['lag']} {name}, exit codes {r[name]['exit_codes']}; the driver's last lines:\n\n"
+                       + "".join(f"    {line}\n" for line in r[name]["failure_tail"])
+                       for r in runs for name in ("calm", "soak") if r[name]["failure_tail"])
     return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per run, {config}; a fault every "
             f"{args.every_min:g}-{args.every_max:g} s, SIGSTOP for {args.stop_s:g} s.\n\n"
             + markdown_table(header, rows) + "\n\nFaults: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-            + "\n")
+            + "\n" + failures)
 
 
 if __name__ == "__main__":

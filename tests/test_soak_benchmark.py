@@ -22,6 +22,6 @@ def test_a_short_soak_survives_its_faults_and_its_stop_and_reports_the_figures(t
     assert calm["exit_codes"] == [0] and calm["steps"] > 0
     assert chaos["faults"]["driver SIGTERM + --resume"] == 1
     assert sum(chaos["faults"].values()) >= 2, "a fault besides the stop"
-    assert chaos["exit_codes"] == [0, 0] and chaos["survived"]
+    assert chaos["exit_codes"] == [0, 0] and chaos["survived"], "\n".join(chaos["failure_tail"])
     assert chaos["rollouts_lost"] == 0 and chaos["trained_rollouts_in_order"]
     assert "| lag | steps calm / soak |" in capsys.readouterr().out
