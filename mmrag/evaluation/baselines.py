@@ -32,7 +32,6 @@ words its texts: it reads questions, the KB and its index and the gold ids only.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -45,7 +44,7 @@ from mmrag.models.translator import question_in_query
 from mmrag.retrieval.bm25 import BM25Index, reciprocal_rank_fusion, tokens
 from mmrag.retrieval.hit import Hit
 from mmrag.training.evaluate import CHOICE_FIELD, TEST_FIELD, summarize_by_kind
-from mmrag.training.fixed_k import BATCH, choose_k, records_by_k
+from mmrag.training.fixed_k import BATCH, choose_k, mean_of, records_by_k
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.stages import QuestionTable
 
@@ -144,11 +143,6 @@ class Choice:
     def as_dict(self) -> dict:
         return {"name": self.name, "k": self.k, "val_reward": self.val_reward, "test_reward": self.test_reward,
                 "test_reward_model": self.test_reward_model, "by_kind": self.by_kind}
-
-
-def mean_of(records: list[dict], field: str) -> float:
-    """The mean of a record field (`CHOICE_FIELD` or `TEST_FIELD`); 0 over no records."""
-    return statistics.fmean(r[field] for r in records) if records else 0.0
 
 
 def best_fixed(baselines: Sequence[FixedBaseline]) -> FixedBaseline:

@@ -84,11 +84,16 @@ def summarize(predictions: list[dict]) -> dict[str, float]:
         "docs_kept_mean": statistics.fmean(len(p["selected"]) for p in predictions),
         "query_words_mean": statistics.fmean(len(p["query"].split()) for p in predictions),
         **per_kind,
-        # A reward model's score can depart from exact match (paraphrases, its errors): both are reported
-        # (records written before they carried exact match have none).
-        **({mean_name(TEST_FIELD): statistics.fmean(p[TEST_FIELD] for p in predictions)}
-           if all(TEST_FIELD in p for p in predictions) else {}),
+        **{mean_name(field): mean for field, mean in _exact_match_mean(predictions).items()},
     }
+
+
+def _exact_match_mean(records: list[dict]) -> dict[str, float]:
+    """{TEST_FIELD: mean} where every record carries exact match, else {}. A reward model's score can depart from
+    exact match (paraphrases, its errors), so both are reported; records written before they carried it have none."""
+    if all(TEST_FIELD in r for r in records):
+        return {TEST_FIELD: statistics.fmean(r[TEST_FIELD] for r in records)}
+    return {}
 
 
 KIND_FIGURES = (CHOICE_FIELD, TEST_FIELD, "docs_kept_mean", "docs_zero_fraction", "docs_at_least_one_fraction",
@@ -110,8 +115,7 @@ def summarize_by_kind(predictions: list[dict]) -> dict[str, dict[str, float]]:
         kept = [len(r["selected"]) for r in records]
         return {"questions": len(records),
                 CHOICE_FIELD: statistics.fmean(r[CHOICE_FIELD] for r in records),
-                **({TEST_FIELD: statistics.fmean(r[TEST_FIELD] for r in records)}
-                   if all(TEST_FIELD in r for r in records) else {}),
+                **_exact_match_mean(records),
                 "docs_kept_mean": statistics.fmean(kept),
                 "docs_zero_fraction": statistics.fmean(1.0 if n == 0 else 0.0 for n in kept),
                 "docs_at_least_one_fraction": statistics.fmean(1.0 if n >= 1 else 0.0 for n in kept),

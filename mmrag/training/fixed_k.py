@@ -56,5 +56,10 @@ def records_by_k(pipeline: LocalPipeline, questions: list[Question], hits: list[
     return records
 
 
+def mean_of(records: list[dict], field: str) -> float:
+    """The mean of a record field (`CHOICE_FIELD` or `TEST_FIELD`); 0 over no records."""
+    return statistics.fmean(r[field] for r in records) if records else 0.0
+
+
 def mean_reward_by_k(records: dict[int, list[dict]]) -> dict[int, float]:
-    return {k: statistics.fmean(r[CHOICE_FIELD] for r in rows) for k, rows in records.items()}
+    return {k: mean_of(rows, CHOICE_FIELD) for k, rows in records.items()}
