@@ -1,16 +1,16 @@
 """Soak benchmark: a long distributed `mmrag train` with faults all the way through, against a calm run.
 
-Not a test: `python -m benchmarks.soak [--config CFG] [--minutes M] [--lags 0,2]` from the repository root, with
-the config's dataset and index built. For each lag, `mmrag train --mode distributed` runs for M minutes twice, as a
-user runs it (a subprocess, stopped at the end by SIGTERM, which checkpoints at the next step boundary): once calm,
-once with a fault every 20-60 s (uniform, `--every-min`, `--every-max`), each a SIGKILL or a SIGSTOP (released
-after `--stop-s`) of one process drawn among every stage actor and learner rank, and, half-way, one SIGTERM and a
-`--resume`. Reports faults injected and survived (the run ended with exit 0 and every step's ledger check passed),
-rollouts lost (the ledger's failed batches; target 0), whether the trained rollout numbers are 1..N each once (as a
-calm run trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and
-the driver's RSS growth from the first to the last quarter of each run once it trains (target within 10 %). A
-whole worker node lost is not simulated here (one machine: tests/test_node_loss.py covers it). Writes its section
-of benchmarks/RESULTS.md and benchmarks/results/soak.json.
+Not a test: `python -m benchmarks.soak [--config CFG] [--minutes M] [--lags 0,2]` from the repository root, with the
+config's dataset and index built. For each lag, `mmrag train --mode distributed` runs twice, as a user runs it (a
+subprocess, stopped at the end by SIGTERM, which checkpoints at the next step boundary): calm for `--calm-minutes`
+(default M), then for M minutes with a fault every 20-60 s (uniform, `--every-min`, `--every-max`), each a SIGKILL
+or a SIGSTOP (released after `--stop-s`) of one process drawn among every stage actor and learner rank, and,
+half-way, one SIGTERM and a `--resume`. Reports faults injected and survived (the run ended with exit 0 and every
+step's ledger check passed), rollouts lost (the ledger's failed batches; target 0), whether the trained rollout
+numbers are 1..N each once (as a calm run trains them), steps/s of the soak run over the calm one (time in steps,
+`step_seconds`; target 0.8), and the driver's RSS growth from the first to the last quarter of each run once it
+trains (target within 10 %). A whole worker node lost is not simulated here (one machine: tests/test_node_loss.py
+covers it). Writes its section of benchmarks/RESULTS.md and benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ def _contiguous(records: list[dict]) -> bool:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_config_options(parser)
-    parser.add_argument("--minutes", type=float, default=30.0, help="minutes per run (default 30)")
+    parser.add_argument("--minutes", type=float, default=30.0, help="minutes of each faulted run (default 30)")
+    parser.add_argument("--calm-minutes", type=float, help="minutes of each calm run (default: --minutes)")
     parser.add_argument("--lags", default="0,2", help="train.max_policy_lag values, comma-separated (default 0,2)")
     parser.add_argument("--every-min", type=float, default=20.0, help="fewest seconds between faults (default 20)")
     parser.add_argument("--every-max", type=float, default=60.0, help="most seconds between faults (default 60)")
@@ -193,13 +194,15 @@ def main(argv: list[str] | None = None) -> dict:
                 config_file.write_text(yaml.safe_dump(config_to_dict(lagged)))
                 command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file),
                            "--no-progress"]
-                record[name] = soak(command, run_dir, args.minutes * 60, every, args.stop_s, args.seed)
+                minutes = args.minutes if every or args.calm_minutes is None else args.calm_minutes
+                record[name] = soak(command, run_dir, minutes * 60, every, args.stop_s, args.seed)
             record["soak_over_calm"] = (record["soak"]["steps_per_s"] / record["calm"]["steps_per_s"]
                                         if record["calm"]["steps_per_s"] else None)
             runs.append(record)
     report = _report(runs, args, config_in_words(args.config, args.overrides))
-    publish_figures(report, {"machine": machine(), "minutes": args.minutes, "runs": runs}, RESULTS_JSON,
-                    write=not args.print_only)
+    figures = {"machine": machine(), "minutes": args.minutes, "calm_minutes": args.calm_minutes or args.minutes,
+               "runs": runs}
+    publish_figures(report, figures, RESULTS_JSON, write=not args.print_only)
     return {"runs": runs}
 
 
@@ -220,7 +223,9 @@ def _report(runs: list[dict], args, config: str) -> str:
     failures = "".join(f"\nlag {r['lag']} {name}, exit codes {r[name]['exit_codes']}; the driver's last lines:\n\n"
                        + "".join(f"    {line}\n" for line in r[name]["failure_tail"])
                        for r in runs for name in ("calm", "soak") if r[name]["failure_tail"])
-    return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per run, {config}; a fault every "
+    calm_minutes = args.minutes if args.calm_minutes is None else args.calm_minutes
+    return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per faulted run and {calm_minutes:g} per calm one, "
+            f"{config}; a fault every "
             f"{args.every_min:g}-{args.every_max:g} s, SIGSTOP for {args.stop_s:g} s.\n\n"
             + markdown_table(header, rows) + "\n\nFaults: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
             + "\n" + failures)
