@@ -139,3 +139,31 @@ def test_a_stage_starts_once_one_replica_is_up_and_the_one_still_loading_joins_i
     ray_session.get(starting[0])
     pool.check_health()
     assert pool.serving() == [0, 1]
+
+
+def test_a_replica_killed_while_it_loads_restarts_and_the_stage_still_starts(ray_session):
+    class KilledWhileLoading:  # defined here, so Ray ships it by value
+        def __init__(self):
+            import os
+            import signal
+
+            import ray
+
+            if not ray.get_runtime_context().was_current_actor_reconstructed:
+                os.kill(os.getpid(), signal.SIGKILL)  # what a fault (or the OOM killer) does to a loading process
+
+    actor_class = ray_session.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(KilledWhileLoading)
+    actors = [actor_class.remote()]
+    assert wait_until_one_up("answer", actors) == {}, "the restarted replica is up"
+
+
+def test_a_replica_whose_constructor_raises_fails_the_start_at_once_naming_it(ray_session):
+    class CannotLoad:  # defined here, so Ray ships it by value
+        def __init__(self):
+            raise FileNotFoundError("model.safetensors")
+
+    actor_class = ray_session.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(CannotLoad)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"(?s)answer replica 0 failed to start: .*model\.safetensors"):
+        wait_until_one_up("answer", [actor_class.remote()])
+    assert time.monotonic() - start < 60, "a constructor error is not waited out"
