@@ -22,6 +22,7 @@ back, so `restart` replaces the whole group and restores a checkpoint, taking as
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ from mmrag.rl.rollout import Node
 from mmrag.training.deepspeed_rank import DeepSpeedRank, serve_rendezvous
 from mmrag.training.learner import LearnerFailed, LearnerUpdate, Weights
 from mmrag.training.weight_broadcast import join_sync_group, serve_sync_store
+
+log = logging.getLogger(__name__)
 
 DEAD_PEER_GRACE_S = 10.0
 """After a rank fails, how long to wait for the others: a collective broken by a dead peer fails on the
@@ -259,10 +262,24 @@ class LearnerGroup:
         # Reserved once, kept across restarts: a rebuilt group finds its bundles still held.
         self.placement = reserve(placement_plan(cfg)[0], cfg.learner.startup_timeout_s)
         try:
-            self._start(resume_from)
+            self._start_replacing_lost_ranks(resume_from)
         except BaseException:
             self.shutdown()
             raise
+
+    def _start_replacing_lost_ranks(self, checkpoint: str | Path | None) -> None:
+        """`_start`; a rank lost while the group starts (its process killed, its node gone) costs a start with new
+        processes, up to `learner.max_restores` times, as a rank lost later costs a restore. A rank that raises (a
+        model that cannot load, a bad checkpoint) fails the start at once."""
+        for attempt in range(1, self.cfg.learner.max_restores + 2):
+            try:
+                self._start(checkpoint)
+                return
+            except LearnerRankError as error:
+                if not error.lost or attempt > self.cfg.learner.max_restores:
+                    raise
+                log.warning("learner rank %d lost while the group started; starting again with new processes "
+                            "(%d of at most %d)", error.rank, attempt, self.cfg.learner.max_restores)
 
     def _start(self, checkpoint: str | Path | None) -> None:
         """Place the ranks, let them join one process group at rank 0 and load (or restore); publish."""

@@ -20,7 +20,7 @@ import ray
 import torch
 from helpers import assert_same_exported_weights
 
-from mmrag.actors.learner import LearnerGroup, LearnerRankError
+from mmrag.actors.learner import LearnerGroup, LearnerRank, LearnerRankError
 from mmrag.cluster.resources import PlanDoesNotFit
 from mmrag.config import Config
 from mmrag.data.dataset import load_questions
@@ -229,6 +229,24 @@ def test_a_rank_that_cannot_load_its_model_fails_the_start_naming_itself(ray_ses
     translator = dataclasses.replace(cfg.translator, model="zoo:no-such-model")
     with pytest.raises(LearnerRankError, match="learner rank 0 raised during start-up: ZooError: zoo:no-such-model"):
         LearnerGroup(dataclasses.replace(cfg, translator=translator))
+
+
+def test_a_rank_killed_while_the_group_starts_is_replaced_and_the_group_starts(ray_session, cfg, tmp_path, caplog):
+    killed = tmp_path / "killed"
+
+    class KilledOnceWhileStarting(LearnerRank):  # defined here, so Ray ships it by value
+        def start(self, *args):
+            if not killed.exists():  # the first rank to start: what a fault (or the OOM killer) does to it
+                killed.touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().start(*args)
+
+    group = LearnerGroup(cfg, rank_class=KilledOnceWhileStarting)
+    try:
+        assert killed.exists() and group.version == 0
+        assert "learner rank 0 lost while the group started" in caplog.text, "the new start is logged"
+    finally:
+        group.shutdown()
 
 
 def test_a_rank_no_node_has_room_for_fails_the_start_after_the_startup_timeout(ray_session, cfg):
