@@ -4,6 +4,11 @@ Three nodes: a head that holds no actors (the driver joins it through `ray.addre
 driver), a stage node sized for the config's stage actors and a learner node sized for its learner ranks. Losing a
 node takes its raylet, object store and every worker on it; a node like it is added right after, as an autoscaler
 would. Nodes are processes of this one, and the actors' workers are children of their node's raylet.
+
+Token authentication comes from the environment, which the nodes and a driver started from this process share:
+with RAY_AUTH_MODE=token the nodes require the token of $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token;
+without it they require none (as `ray.cluster_utils.Cluster` starts them) and a driver that finds a token sends it
+unchecked.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ that fault, the loss of a worker node drawn between the stage node and the learn
 after as an autoscaler would (the resumed run, its actors placed afresh, loses it; it is stopped only after a step
 since). Each run has a private Ray cluster on this machine (`benchmarks.private_cluster`: a head that holds no
 actors, which the driver joins through `ray.address`, a stage node and a learner node sized from the config's
-resource plan), shut down when the run ends. Ray's token authentication reaches the driver through the environment
-it inherits: $RAY_AUTH_TOKEN_PATH or $RAY_AUTH_TOKEN when set, else the ~/.ray/auth_token the head reads (or creates).
+resource plan), shut down when the run ends (token authentication: see there).
 Reports faults injected and survived (the run ended with exit 0 and every step's ledger check passed), rollouts
 lost (the ledger's failed batches; target 0), whether the trained rollout numbers are 1..N each once (as a calm run
 trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and the
