@@ -4,18 +4,18 @@ Not a test: `python -m benchmarks.soak [--config CFG] [--minutes M] [--lags 0,2]
 config's dataset and index built. For each lag, `mmrag train --mode distributed` runs twice, as a user runs it (a
 subprocess, stopped at the end by SIGTERM, which checkpoints at the next step boundary): calm for `--calm-minutes`
 (default M), then for M minutes with a fault every 20-60 s (uniform, `--every-min`, `--every-max`), each a SIGKILL
-or a SIGSTOP (released after `--stop-s`) of one process drawn among every stage actor and learner rank, half-way
-one SIGTERM and a `--resume`, and at the first fault time once the resumed driver has trained a step, instead of
-that fault, the loss of a worker node drawn between the stage node and the learner node, a node like it added right
-after as an autoscaler would (the resumed run, its actors placed afresh, loses it; it is stopped only after a step
-since). Each run has a private Ray cluster on this machine (`benchmarks.private_cluster`: a head that holds no
-actors, which the driver joins through `ray.address`, a stage node and a learner node sized from the config's
-resource plan), shut down when the run ends (token authentication: see there).
-Reports faults injected and survived (the run ended with exit 0 and every step's ledger check passed), rollouts
-lost (the ledger's failed batches; target 0), whether the trained rollout numbers are 1..N each once (as a calm run
-trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and the
-driver's RSS growth from the first to the last quarter of each run once it trains (target within 10 %). Writes its
-section of benchmarks/RESULTS.md and benchmarks/results/soak.json.
+or a SIGSTOP (released after `--stop-s`) of one process drawn among every stage actor and learner rank, half-way one
+SIGTERM and a `--resume`, and at the first fault time (or the run's end) once the resumed driver has trained a step,
+instead of that fault, the loss of a worker node drawn between the stage node and the learner node, a node like it
+added right after as an autoscaler would (the resumed run, its actors placed afresh, loses it; it is stopped only
+after a step since). Each run has a private Ray cluster on this machine (`benchmarks.private_cluster`: a head that
+holds no actors, which the driver joins through `ray.address`, a stage node and a learner node sized from the
+config's resource plan), shut down when the run ends (token authentication: see there). Reports faults injected and
+survived (the run ended with exit 0 and every step's ledger check passed), rollouts lost (the ledger's failed
+batches; target 0), whether the trained rollout numbers are 1..N each once (as a calm run trains them), steps/s of
+the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and the driver's RSS growth from the
+first to the last quarter of each run once it trains (target within 10 %). Writes its section of
+benchmarks/RESULTS.md and benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -104,9 +104,9 @@ def _lose_node(run: Run, rng: random.Random, faults: Counter) -> None:
 def soak(command: list[str], run_dir: Path, cluster: PrivateCluster, seconds: float,
          faults_every: tuple[float, float] | None, stop_s: float, seed: int) -> dict:
     """Run for `seconds` on `cluster`; with `faults_every`, a fault at each draw from that interval, a SIGTERM +
-    --resume half-way and a worker node lost at the first fault time once the resumed driver has stepped. A SIGTERM
-    waits until the driver has logged a step since it started or lost the node (one still starting has nothing to
-    checkpoint and may not yet answer the signal), at most `seconds` more."""
+    --resume half-way and a worker node lost at the first fault time (or at `seconds`, if sooner) once the resumed
+    driver has stepped. A SIGTERM waits until the driver has logged a step since it started or lost the node (one
+    still starting has nothing to checkpoint and may not yet answer the signal), at most `seconds` more."""
     run, rng, faults = Run(command, run_dir.with_suffix(".log"), cluster), random.Random(seed), Counter()
     try:
         _drive(run, run_dir, seconds, faults_every, stop_s, rng, faults)
@@ -132,7 +132,8 @@ def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, f
         now, stepped = time.monotonic(), _steps_logged(run_dir) > steps_at_start
         if stepped:  # the driver's memory once it trains (start-up loads models and imports first)
             run.sample_rss()
-        if now - start >= seconds and (stepped or now - start >= 2 * seconds):
+        due = now - start >= seconds
+        if due and (stepped and node_lost or now - start >= 2 * seconds):
             run.stop()
             break
         if not resumed and now - start >= seconds / 2 and stepped:
@@ -141,13 +142,13 @@ def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, f
             steps_at_start = _steps_logged(run_dir)
             run.start("--resume")
             resumed = True
-        if now >= next_fault:
-            if resumed and stepped and not node_lost:
-                _lose_node(run, rng, faults)
-                node_lost = True
-                steps_at_start = _steps_logged(run_dir)
-            else:
-                _fault(run, rng, stop_s, faults)
+        elif resumed and stepped and not node_lost and (now >= next_fault or due):
+            _lose_node(run, rng, faults)
+            node_lost = True
+            steps_at_start = _steps_logged(run_dir)
+            next_fault = time.monotonic() + rng.uniform(*faults_every)
+        elif now >= next_fault:
+            _fault(run, rng, stop_s, faults)
             next_fault = time.monotonic() + rng.uniform(*faults_every)
 
 
