@@ -71,11 +71,11 @@ POOL_OF = {"TranslatorActor": "translate", "EncoderActor": "retrieve", "Retrieva
 """The pool (name prefix) whose outage a fault of each actor class opens."""
 
 
-def actor_processes(driver: psutil.Process | None = None) -> dict[int, str]:
-    """pid -> actor class of the Ray actors of `driver` (default: this process): its local Ray's workers run under
-    the raylet it started, so they are its descendants."""
+def actor_processes(root: psutil.Process | None = None) -> dict[int, str]:
+    """pid -> actor class of the Ray actors that descend from `root`: this process by default (its local Ray's
+    workers run under the raylet it started), or a node's raylet (`benchmarks.private_cluster`)."""
     found = {}
-    for process in (driver or psutil.Process(os.getpid())).children(recursive=True):
+    for process in (root or psutil.Process(os.getpid())).children(recursive=True):
         try:
             title = " ".join(process.cmdline())
         except psutil.Error:

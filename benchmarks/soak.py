@@ -4,13 +4,18 @@ Not a test: `python -m benchmarks.soak [--config CFG] [--minutes M] [--lags 0,2]
 config's dataset and index built. For each lag, `mmrag train --mode distributed` runs twice, as a user runs it (a
 subprocess, stopped at the end by SIGTERM, which checkpoints at the next step boundary): calm for `--calm-minutes`
 (default M), then for M minutes with a fault every 20-60 s (uniform, `--every-min`, `--every-max`), each a SIGKILL
-or a SIGSTOP (released after `--stop-s`) of one process drawn among every stage actor and learner rank, and,
-half-way, one SIGTERM and a `--resume`. Reports faults injected and survived (the run ended with exit 0 and every
-step's ledger check passed), rollouts lost (the ledger's failed batches; target 0), whether the trained rollout
-numbers are 1..N each once (as a calm run trains them), steps/s of the soak run over the calm one (time in steps,
-`step_seconds`; target 0.8), and the driver's RSS growth from the first to the last quarter of each run once it
-trains (target within 10 %). A whole worker node lost is not simulated here (one machine: tests/test_node_loss.py
-covers it). Writes its section of benchmarks/RESULTS.md and benchmarks/results/soak.json.
+or a SIGSTOP (released after `--stop-s`) of one process drawn among every stage actor and learner rank, half-way one
+SIGTERM and a `--resume`, and at the first fault time (or the run's end) once the resumed driver has trained a step,
+instead of that fault, the loss of a worker node drawn between the stage node and the learner node, a node like it
+added right after as an autoscaler would (the resumed run, its actors placed afresh, loses it; it is stopped only
+after a step since). Each run has a private Ray cluster on this machine (`benchmarks.private_cluster`: a head that
+holds no actors, which the driver joins through `ray.address`, a stage node and a learner node sized from the
+config's resource plan), shut down when the run ends (token authentication: see there). Reports faults injected and
+survived (the run ended with exit 0 and every step's ledger check passed), rollouts lost (the ledger's failed
+batches; target 0), whether the trained rollout numbers are 1..N each once (as a calm run trains them), steps/s of
+the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and the driver's RSS growth from the
+first to the last quarter of each run once it trains (target within 10 %). Writes its section of
+benchmarks/RESULTS.md and benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from benchmarks.chaos import HANGABLE, _continue, actor_processes
+from benchmarks.chaos import HANGABLE, _continue
+from benchmarks.private_cluster import PrivateCluster
 from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
 from benchmarks.throughput import with_sections
 from mmrag.config import config_to_dict
@@ -47,10 +53,10 @@ FAILURE_TAIL_LINES = 40
 
 
 class Run:
-    """One `mmrag train` subprocess, its RSS samples, and (soak) the faults sent to its actors."""
+    """One `mmrag train` subprocess on its private cluster, and its RSS samples."""
 
-    def __init__(self, command: list[str], log: Path):
-        self.command, self.log = command, log
+    def __init__(self, command: list[str], log: Path, cluster: PrivateCluster):
+        self.command, self.log, self.cluster = command, log, cluster
         self.rss: list[tuple[float, int]] = []
         self.exit_codes: list[int] = []
         self.process: subprocess.Popen | None = None
@@ -73,7 +79,7 @@ class Run:
 
 def _fault(run: Run, rng: random.Random, stop_s: float, faults: Counter) -> None:
     """SIGKILL or SIGSTOP one of the run's actor processes, drawn at random."""
-    processes = actor_processes(psutil.Process(run.process.pid))
+    processes = run.cluster.actor_processes()
     if not processes:
         return
     pid = rng.choice(sorted(processes))
@@ -88,12 +94,20 @@ def _fault(run: Run, rng: random.Random, stop_s: float, faults: Counter) -> None
         threading.Timer(stop_s, _continue, args=(pid,)).start()
 
 
-def soak(command: list[str], run_dir: Path, seconds: float, faults_every: tuple[float, float] | None,
-         stop_s: float, seed: int) -> dict:
-    """Run for `seconds`; with `faults_every`, a fault at each draw from that interval and a SIGTERM + --resume
-    half-way. A SIGTERM waits until the driver has logged a step since it started (one still starting has nothing
-    to checkpoint and may not yet answer the signal), at most `seconds` more."""
-    run, rng, faults = Run(command, run_dir.with_suffix(".log")), random.Random(seed), Counter()
+def _lose_node(run: Run, rng: random.Random, faults: Counter) -> None:
+    """Lose the stage node or the learner node, drawn at random, and add a node like it."""
+    role = rng.choice(sorted(run.cluster.nodes))
+    run.cluster.lose_node(role)
+    faults[f"worker node lost ({role})"] += 1
+
+
+def soak(command: list[str], run_dir: Path, cluster: PrivateCluster, seconds: float,
+         faults_every: tuple[float, float] | None, stop_s: float, seed: int) -> dict:
+    """Run for `seconds` on `cluster`; with `faults_every`, a fault at each draw from that interval, a SIGTERM +
+    --resume half-way and a worker node lost at the first fault time (or at `seconds`, if sooner) once the resumed
+    driver has stepped. A SIGTERM waits until the driver has logged a step since it started or lost the node (one
+    still starting has nothing to checkpoint and may not yet answer the signal), at most `seconds` more."""
+    run, rng, faults = Run(command, run_dir.with_suffix(".log"), cluster), random.Random(seed), Counter()
     try:
         _drive(run, run_dir, seconds, faults_every, stop_s, rng, faults)
     finally:
@@ -108,7 +122,7 @@ def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, f
     run.start()
     start = time.monotonic()
     next_fault = start + (rng.uniform(*faults_every) if faults_every else float("inf"))
-    resumed = faults_every is None
+    resumed = node_lost = faults_every is None
     steps_at_start = 0
     while True:
         time.sleep(RSS_POLL_S)
@@ -118,7 +132,8 @@ def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, f
         now, stepped = time.monotonic(), _steps_logged(run_dir) > steps_at_start
         if stepped:  # the driver's memory once it trains (start-up loads models and imports first)
             run.sample_rss()
-        if now - start >= seconds and (stepped or now - start >= 2 * seconds):
+        due = now - start >= seconds
+        if due and (stepped and node_lost or now - start >= 2 * seconds):
             run.stop()
             break
         if not resumed and now - start >= seconds / 2 and stepped:
@@ -127,7 +142,12 @@ def _drive(run: Run, run_dir: Path, seconds: float, faults_every: tuple[float, f
             steps_at_start = _steps_logged(run_dir)
             run.start("--resume")
             resumed = True
-        if now >= next_fault:
+        elif resumed and stepped and not node_lost and (now >= next_fault or due):
+            _lose_node(run, rng, faults)
+            node_lost = True
+            steps_at_start = _steps_logged(run_dir)
+            next_fault = time.monotonic() + rng.uniform(*faults_every)
+        elif now >= next_fault:
             _fault(run, rng, stop_s, faults)
             next_fault = time.monotonic() + rng.uniform(*faults_every)
 
@@ -187,15 +207,16 @@ def main(argv: list[str] | None = None) -> dict:
             record = {"lag": lag}
             for name, every in (("calm", None), ("soak", (args.every_min, args.every_max))):
                 run_dir = Path(tmp) / f"lag{lag}-{name}"
-                lagged = with_sections(cfg, train={"steps": 10**6, "max_policy_lag": lag, "eval_every": 10**9,
-                                                   "checkpoint_every": 5, "run_dir": str(run_dir),
-                                                   "mode": "distributed"})
-                config_file = Path(tmp) / f"lag{lag}-{name}.yaml"
-                config_file.write_text(yaml.safe_dump(config_to_dict(lagged)))
-                command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file),
-                           "--no-progress"]
-                minutes = args.minutes if every or args.calm_minutes is None else args.calm_minutes
-                record[name] = soak(command, run_dir, minutes * 60, every, args.stop_s, args.seed)
+                with PrivateCluster(cfg) as cluster:
+                    lagged = with_sections(cfg, train={"steps": 10**6, "max_policy_lag": lag, "eval_every": 10**9,
+                                                       "checkpoint_every": 5, "run_dir": str(run_dir),
+                                                       "mode": "distributed"}, ray={"address": cluster.address})
+                    config_file = Path(tmp) / f"lag{lag}-{name}.yaml"
+                    config_file.write_text(yaml.safe_dump(config_to_dict(lagged)))
+                    command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file),
+                               "--no-progress"]
+                    minutes = args.minutes if every or args.calm_minutes is None else args.calm_minutes
+                    record[name] = soak(command, run_dir, cluster, minutes * 60, every, args.stop_s, args.seed)
             record["soak_over_calm"] = (record["soak"]["steps_per_s"] / record["calm"]["steps_per_s"]
                                         if record["calm"]["steps_per_s"] else None)
             runs.append(record)

@@ -1,6 +1,6 @@
-"""Node loss on a simulated multi-node cluster on this machine: a head without actor CPUs, a stage node sized to
-hold exactly the stage actors (both retrieval shards and both generator replicas among them) and a learner node
-sized to hold exactly the learner rank.
+"""Node loss on a simulated multi-node cluster on this machine (`benchmarks.private_cluster`): a head without actor
+CPUs, a stage node sized to hold exactly the stage actors (both retrieval shards and both generator replicas among
+them) and a learner node sized to hold exactly the learner rank.
 
 One synchronous (lag 0) run loses both worker nodes in turn (raylet, object store and every worker on them), a
 node like the lost one added after each as an autoscaler would: the stage node while a search is in flight,
@@ -29,19 +29,12 @@ pytestmark = pytest.mark.slow  # a Ray cluster of three nodes and a distributed 
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 4
-STAGE_NODE_CPUS = 4
-"""Exactly the stage actors' CPUs (8 actors of 0.5: two generators, two retrieval shards, one of every other)."""
-LEARNER_NODE_CPUS = 1
-"""Exactly the learner rank's bundle."""
 LOSE_STAGE_NODE_AT = 4
 """Retrieve call (counted from the run's start; the first evaluation makes one) whose shard's node is lost with
 it: rollout 2's first micro-batch."""
 LOSE_RANK_0_AFTER = 3
 """Update whose publishing rank 0's node is lost right after: rollout 4 samples with version 3 from the run's
 storage, update 4 finds the rank gone and the learner is restored from step 2's checkpoint."""
-FAST_FAILURE_DETECTION = {"health_check_period_ms": 500, "health_check_failure_threshold": 4,
-                          "health_check_initial_delay_ms": 1000}
-"""Node death noticed in about 2 s, not Ray's default 15-30 s."""
 
 
 def _node_of(actor) -> str:
@@ -54,27 +47,21 @@ def run_losing_nodes(cfg_overrides: list[str], run_dir: str) -> dict:
     """One run on a fresh cluster, losing the stage node and the learner's node in turn; its summary and the
     losses."""
     import ray
-    from ray.cluster_utils import Cluster
 
+    from benchmarks.private_cluster import PrivateCluster
     from mmrag.actors.learner import LearnerGroup
     from mmrag.actors.stage_pools import ActorPools
     from mmrag.config import load_config
     from mmrag.training.loop import train
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE_DETECTION})
-    cpus_of, lost = {}, []
-
-    def add_node(cpus: int):
-        node = cluster.add_node(num_cpus=cpus)
-        cpus_of[node.node_id] = (node, cpus)
-        return node
+    cfg = load_config(ROOT / "mmrag/configs/local-v1.yaml", [*cfg_overrides, f"train.run_dir={run_dir}"])
+    cluster, lost = PrivateCluster(cfg), []
 
     def remove_node_holding(actor, what: str) -> None:
         """Remove the node `actor` runs on, then add one like it (the replacement an autoscaler brings)."""
-        node, cpus = cpus_of.pop(_node_of(actor))
-        cluster.remove_node(node, allow_graceful=False)
+        node_id = _node_of(actor)
+        cluster.lose_node(next(role for role, node in cluster.nodes.items() if node.node_id == node_id))
         lost.append(what)
-        add_node(cpus)
 
     class NodeLossLearner(LearnerGroup):
         """Removes rank 0's node right after update `LOSE_RANK_0_AFTER` returned its new version."""
@@ -106,10 +93,7 @@ def run_losing_nodes(cfg_overrides: list[str], run_dir: str) -> dict:
 
     ray.init(address=cluster.address, log_to_driver=False)
     try:
-        cfg = load_config(ROOT / "mmrag/configs/local-v1.yaml", [*cfg_overrides, f"train.run_dir={run_dir}"])
-        add_node(STAGE_NODE_CPUS)
         pools = NodeLossPools.launch(cfg)
-        add_node(LEARNER_NODE_CPUS)  # after the stage actors filled theirs: the learner's bundle lands here
         learner = NodeLossLearner(cfg)
         try:
             summary = train(cfg, pools, learner, progress=False)
