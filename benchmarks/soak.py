@@ -37,7 +37,7 @@ import yaml
 
 from benchmarks.chaos import HANGABLE, _continue
 from benchmarks.private_cluster import PrivateCluster
-from benchmarks.results import config_in_words, machine, markdown_table, publish_figures
+from benchmarks.results import config_in_words, machine, markdown_table, portable, publish_figures
 from benchmarks.throughput import with_sections
 from mmrag.config import config_to_dict
 from mmrag.pipelines.arguments import add_config_options
@@ -169,10 +169,14 @@ def _figures(run: Run, run_dir: Path, faults: Counter) -> dict:
 
 
 def _failure_tail(run: Run) -> list[str]:
-    """The driver's last output lines when a part of the run exited non-zero (why it did not survive), else []."""
+    """The driver's last output lines when a part of the run exited non-zero (why it did not survive; also printed
+    to stderr), else []."""
     if all(code == 0 for code in run.exit_codes) or not run.log.is_file():
         return []
-    return run.log.read_text(errors="replace").splitlines()[-FAILURE_TAIL_LINES:]
+    lines = portable(run.log.read_text(errors="replace")).splitlines()
+    tail = [line for line in lines if line.strip()][-FAILURE_TAIL_LINES:]
+    print(f"{run.log.stem}: exit codes {run.exit_codes}; the driver's last lines:", *tail, sep="\n", file=sys.stderr)
+    return tail
 
 
 def _steps_logged(run_dir: Path) -> int:
@@ -241,8 +245,9 @@ def _report(runs: list[dict], args, config: str) -> str:
     kinds = Counter()
     for r in runs:
         kinds.update(r["soak"]["faults"])
-    failures = "".join(f"\nlag {r['lag']} {name}, exit codes {r[name]['exit_codes']}; the driver's last lines:\n\n"
-                       + "".join(f"    {line}\n" for line in r[name]["failure_tail"])
+    # The last line names the error; the whole tail (paths of this machine among it) is in the JSON and on stderr.
+    failures = "".join(f"\nlag {r['lag']} {name}: exit codes {r[name]['exit_codes']}, the driver's last line: "
+                       f"`{r[name]['failure_tail'][-1]}`\n"
                        for r in runs for name in ("calm", "soak") if r[name]["failure_tail"])
     calm_minutes = args.minutes if args.calm_minutes is None else args.calm_minutes
     return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per faulted run and {calm_minutes:g} per calm one, "
