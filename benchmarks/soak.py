@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
     parser.add_argument("--print-only", action="store_true", help="print only; leave RESULTS.md and the JSON alone")
     args = parser.parse_args(argv)
+    args.calm_minutes = args.minutes if args.calm_minutes is None else args.calm_minutes
     cfg = config_from_args(args)
     runs = []
     with tempfile.TemporaryDirectory(prefix="mmrag-soak-") as tmp:
@@ -219,14 +220,13 @@ def main(argv: list[str] | None = None) -> dict:
                     config_file.write_text(yaml.safe_dump(config_to_dict(lagged)))
                     command = [sys.executable, "-m", "mmrag.pipelines.train", "--config", str(config_file),
                                "--no-progress"]
-                    minutes = args.minutes if every or args.calm_minutes is None else args.calm_minutes
+                    minutes = args.minutes if every else args.calm_minutes
                     record[name] = soak(command, run_dir, cluster, minutes * 60, every, args.stop_s, args.seed)
             record["soak_over_calm"] = (record["soak"]["steps_per_s"] / record["calm"]["steps_per_s"]
                                         if record["calm"]["steps_per_s"] else None)
             runs.append(record)
     report = _report(runs, args, config_in_words(args.config, args.overrides))
-    figures = {"machine": machine(), "minutes": args.minutes, "calm_minutes": args.calm_minutes or args.minutes,
-               "runs": runs}
+    figures = {"machine": machine(), "minutes": args.minutes, "calm_minutes": args.calm_minutes, "runs": runs}
     publish_figures(report, figures, RESULTS_JSON, write=not args.print_only)
     return {"runs": runs}
 
@@ -249,8 +249,7 @@ def _report(runs: list[dict], args, config: str) -> str:
     failures = "".join(f"\nlag {r['lag']} {name}: exit codes {r[name]['exit_codes']}, the driver's last line: "
                        f"`{r[name]['failure_tail'][-1]}`\n"
                        for r in runs for name in ("calm", "soak") if r[name]["failure_tail"])
-    calm_minutes = args.minutes if args.calm_minutes is None else args.calm_minutes
-    return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per faulted run and {calm_minutes:g} per calm one, "
+    return (f"## Soak\n\n{machine()}, {args.minutes:g} minutes per faulted run and {args.calm_minutes:g} per calm one, "
             f"{config}; a fault every "
             f"{args.every_min:g}-{args.every_max:g} s, SIGSTOP for {args.stop_s:g} s.\n\n"
             + markdown_table(header, rows) + "\n\nFaults: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
