@@ -103,6 +103,15 @@ def _pid(ray, actor) -> int:
     raise TimeoutError("the replica did not answer within 120 s")
 
 
+def _fresh_pid(ray, actor, old: int, within_s: float = 60.0) -> int:
+    """The actor's process id once it differs from `old`, or `old` after `within_s`: `ray.kill` returns before the
+    process ends, so a call sent at once may still reach the old one."""
+    deadline = time.monotonic() + within_s
+    while (pid := _pid(ray, actor)) == old and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return pid
+
+
 def test_the_probe_batch_is_a_few_train_questions_with_one_sampled_query_and_its_documents_each(run):
     cfg, pipeline, probe = run
     assert len(probe.table) == len(probe.queries) == len(probe.hits) == PROBE_QUESTIONS
@@ -188,5 +197,5 @@ def test_a_replica_whose_weights_stay_wrong_leaves_its_pool_for_a_fresh_process(
                         rf"\(digest off by \S+\); Ray starts a fresh process in its place", unfit), unfit
     assert outage.startswith("translate pool outage: replica 0 unfit (it failed a check of its own state)"), outage
     assert pool.faults.counts == {"unfit": 1, "outage": 1}
-    assert _pid(ray_session, actor) != pid, "a fresh process serves in its place"
+    assert _fresh_pid(ray_session, actor, pid) != pid, "a fresh process serves in its place"
     ray_session.kill(actor, no_restart=True)
