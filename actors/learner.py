@@ -156,7 +156,7 @@ def _rank_failure(rank_of: dict, ref: ray.ObjectRef, error: RayError, others: li
     rank = rank_of[ref]
     if isinstance(error, RayActorError):
         return LearnerRankError(rank, f"learner rank {rank} died during {what} (its process exited or became "
-                                      f"unreachable); restart the group from a checkpoint: LearnerGroup.restart")
+                                      f"unreachable)")
     cause = getattr(error, "cause", None) or error  # a task error carries the rank's own exception
     return LearnerRankError(rank, f"learner rank {rank} raised during {what}: {type(cause).__name__}: {cause}",
                             lost=False)
