@@ -12,10 +12,10 @@ after a step since). Each run has a private Ray cluster on this machine (`benchm
 holds no actors, which the driver joins through `ray.address`, a stage node and a learner node sized from the
 config's resource plan), shut down when the run ends (token authentication: see there). Reports faults injected and
 survived (the run ended with exit 0 and every step's ledger check passed), rollouts lost (the ledger's failed
-batches; target 0), whether the trained rollout numbers are 1..N each once (as a calm run trains them), steps/s of
-the soak run over the calm one (time in steps, `step_seconds`; target 0.8), and the driver's RSS growth from the
-first to the last quarter of each run once it trains (target within 10 %). Writes its section of
-benchmarks/RESULTS.md and benchmarks/results/soak.json.
+batches, each failed attempt's driver line in the JSON; target 0), whether the trained rollout numbers are 1..N each
+once (as a calm run trains them), steps/s of the soak run over the calm one (time in steps, `step_seconds`; target
+0.8), and the driver's RSS growth from the first to the last quarter of each run once it trains (target within
+10 %). Writes its section of benchmarks/RESULTS.md and benchmarks/results/soak.json.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def _figures(run: Run, run_dir: Path, faults: Counter) -> dict:
             "rollouts_lost": final["ledger"]["failed"], "trained_rollouts_in_order": _contiguous(records),
             "trained_rollouts": len(trained), "rss_growth": growth,
             "survived": all(code == 0 for code in run.exit_codes) and bool(records),
-            "failure_tail": _failure_tail(run)}
+            "failure_tail": _failure_tail(run), "failed_batches": _failed_batch_lines(run)}
 
 
 def _failure_tail(run: Run) -> list[str]:
@@ -177,6 +177,14 @@ def _failure_tail(run: Run) -> list[str]:
     tail = [line for line in lines if line.strip()][-FAILURE_TAIL_LINES:]
     print(f"{run.log.stem}: exit codes {run.exit_codes}; the driver's last lines:", *tail, sep="\n", file=sys.stderr)
     return tail
+
+
+def _failed_batch_lines(run: Run) -> list[str]:
+    """The driver's line for each failed rollout attempt (the stage and the error: why a rollout was lost)."""
+    if not run.log.is_file():
+        return []
+    return [line.strip() for line in portable(run.log.read_text(errors="replace")).splitlines()
+            if "rollouts failed_batch:" in line]
 
 
 def _steps_logged(run_dir: Path) -> int:

@@ -418,9 +418,10 @@ class PoolsConfig:
     """Rollout calls each stage actor holds at once (one running, the next queued behind it)."""
     max_restarts: int = -1
     """Times Ray restarts a dead stage actor (reloading its model, shard or weights); -1: always. A run stops
-    anyway after `max_failed_batches` rollout batches in a row fail."""
+    anyway after `max_failed_batches` rollout attempts in a row fail."""
     max_failed_batches: int = 3
-    """Rollout batches failing in a row that stop the run (an actor that cannot work, not a bad batch)."""
+    """Rollout attempts failing in a row that stop the run (an actor that cannot work, not a bad batch); a failed
+    batch is rolled out once more, then skipped."""
     call_retries: int = 3
     """Times a stage call whose actor died or hung is re-dispatched (to a live replica) before its batch counts as
     failed."""

@@ -29,6 +29,7 @@ from mmrag.training.learner import COMPONENTS, Learner, LearnerUpdate, LocalLear
 from mmrag.training.pipeline import LocalPipeline
 from mmrag.training.run import score_trees
 from mmrag.training.streaming import InlinePools, RolloutStream
+from mmrag.training.sync_probe import build_sync_probe, largest_score_difference
 from mmrag.training.updates import example_count
 
 QUESTIONS_PER_STEP = 2
@@ -91,6 +92,12 @@ def cfg(tiny_config, tmp_path_factory) -> Config:
 
 
 @pytest.fixture(scope="module")
+def sync_probe(cfg):
+    """The weight-sync probe batch every learner here scores its published versions on."""
+    return build_sync_probe(LocalPipeline.from_config(cfg), load_questions(cfg.data.dir, "train"), cfg.train.seed)
+
+
+@pytest.fixture(scope="module")
 def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
     """The in-process learner trained on its own rollouts; returns the run and the scored batches."""
     learner = LocalLearner.from_config(cfg)
@@ -131,8 +138,9 @@ def local_run(cfg, tmp_path_factory) -> tuple[Run, list[list[Node]]]:
 
 
 @pytest.fixture(scope="module")
-def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
+def zero0_run(ray_session, cfg, sync_probe, local_run, tmp_path_factory):
     group = LearnerGroup(cfg)
+    group.use_sync_probe(sync_probe)
     try:
         out = tmp_path_factory.mktemp("zero0")
         yield Run(group, drive(group, local_run[1], out), out)
@@ -141,11 +149,12 @@ def zero0_run(ray_session, cfg, local_run, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def zero3_run(ray_session, cfg, local_run, tmp_path_factory):
+def zero3_run(ray_session, cfg, sync_probe, local_run, tmp_path_factory):
     # Three spares: one to kill, one to stop, one to be taken. A restore that waited for the stopped one would
     # fail after startup_timeout_s (here 90 s, not 300, so that it fails soon).
     learner = dataclasses.replace(cfg.learner, num_workers=2, zero_stage=3, spare_ranks=3, startup_timeout_s=90.0)
     group = LearnerGroup(dataclasses.replace(cfg, learner=learner))
+    group.use_sync_probe(sync_probe)
     try:
         out = tmp_path_factory.mktemp("zero3")
         yield Run(group, drive(group, local_run[1], out), out)
@@ -180,6 +189,19 @@ def test_two_zero3_ranks_take_the_single_zero0_ranks_steps(zero0_run, zero3_run)
     # Partitioned sums round differently; Adam turns that into differences of a few 1e-5 in weights whose
     # gradients are tiny. A missing rank weighting moves weights by about the learning rate (1e-3).
     assert_same_exported_weights(zero3_run.out, zero0_run.out, atol=5e-5)
+
+
+def test_two_zero3_ranks_score_the_weight_sync_probe_as_one_zero0_rank_does(cfg, zero0_run, zero3_run):
+    """Under ZeRO-3 each rank holds a slice of the weights, so every rank takes part in scoring the probe batch; the
+    scores rank 0 publishes must be what an unpartitioned rank (and so a replica, tests/test_weight_sync_check.py)
+    computes with the same weights, within the check's tolerance (else every replica would be found unfit)."""
+    tolerance = cfg.learner.sync_check_tolerance
+    for ours, theirs in zip(zero3_run.updates, zero0_run.updates, strict=True):
+        assert ours.weights.probe_scores.keys() == theirs.weights.probe_scores.keys() == set(COMPONENTS)
+        for component in COMPONENTS:
+            difference = largest_score_difference(ours.weights.probe_scores[component],
+                                                  theirs.weights.probe_scores[component])
+            assert difference <= tolerance, (ours.version, component, difference)
 
 
 def test_a_group_loads_its_checkpoint_and_continues_as_if_uninterrupted(local_run, zero0_run):

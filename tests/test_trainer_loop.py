@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import statistics
 import signal
 import subprocess
@@ -150,17 +151,17 @@ class VersionRecorder:
 
 
 class FailingOnce:
-    """The pipeline's stages, with the first sampling `rerank` call raising."""
+    """The pipeline's stages, with the first `failures` sampling `rerank` calls raising."""
 
-    def __init__(self, pipeline: LocalPipeline):
-        self.pipeline, self.failed = pipeline, False
+    def __init__(self, pipeline: LocalPipeline, failures: int = 1):
+        self.pipeline, self.failures = pipeline, failures
 
     def __getattr__(self, name):
         return getattr(self.pipeline, name)
 
     def rerank(self, *args):
-        if not self.failed:
-            self.failed = True
+        if self.failures:
+            self.failures -= 1
             raise RuntimeError("reranker out of memory")
         return self.pipeline.rerank(*args)
 
@@ -268,11 +269,32 @@ def test_every_sample_records_the_version_that_drew_it(pipeline, tiny_config, tm
     assert mixed > 0, "some batch straddled a weights install, so its stages sampled with different versions"
 
 
-def test_a_failed_stage_call_fails_its_batch_and_the_ledger_counts_it(pipeline, tiny_config, tmp_path):
-    summary = train(tiny_config(tmp_path, "train.steps=2"), InlinePools(FailingOnce(pipeline)), CountingLearner(),
-                    progress=False)
+def test_a_batch_failed_once_is_rolled_out_again_with_its_questions_and_nothing_is_lost(pipeline, tiny_config,
+                                                                                        tmp_path, caplog):
+    cfg = tiny_config(tmp_path, "train.steps=2")
+    summary = train(cfg, InlinePools(FailingOnce(pipeline)), CountingLearner(), progress=False)
+    records = step_records(tmp_path)
+    assert [r["rollout"] for r in records] == [1, 2]
+    assert summary["ledger"] == {**RolloutLedger().as_dict(), "started": 2, "trained": 2, "failed_attempts": 1}
+    assert sum(r["faults"].get("failed_batch", 0) for r in records) == 1
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rollouts failed_batch")]
+    assert len(lines) == 1 and re.fullmatch(r"rollouts failed_batch: rollout 1 failed \(rerank of micro-batch 0: .*"
+                                            r"reranker out of memory.*\); rolled out again with the same questions "
+                                            r"and seeds", lines[0]), lines
+    uninterrupted = tmp_path / "uninterrupted"
+    train(tiny_config(uninterrupted, "train.steps=2"), InlinePools(pipeline), CountingLearner(), progress=False)
+    assert [r["reward_mean"] for r in records] == [r["reward_mean"] for r in step_records(uninterrupted)]
+
+
+def test_a_batch_failed_twice_is_skipped_and_the_ledger_counts_it(pipeline, tiny_config, tmp_path, caplog):
+    cfg = tiny_config(tmp_path, "train.steps=2", "train.micro_batch_size=100")  # one rerank call per attempt
+    summary = train(cfg, InlinePools(FailingOnce(pipeline, failures=2)), CountingLearner(), progress=False)
     assert [r["rollout"] for r in step_records(tmp_path)] == [2, 3]
-    assert summary["ledger"] == {**RolloutLedger().as_dict(), "started": 3, "trained": 2, "failed": 1}
+    assert summary["ledger"] == {**RolloutLedger().as_dict(), "started": 3, "trained": 2, "failed": 1,
+                                 "failed_attempts": 2}
+    assert [r.getMessage().split(" (")[0] for r in caplog.records
+            if r.getMessage().startswith("rollouts failed_batch")] == [
+        "rollouts failed_batch: rollout 1 failed", "rollouts failed_batch: rollout 1 failed again"]
 
 
 def test_resuming_rolls_out_again_the_batches_started_after_the_trained_ones(pipeline, tiny_config, tmp_path):
@@ -412,7 +434,7 @@ def test_rollouts_failing_batch_after_batch_stop_the_run_naming_the_stage(pipeli
         def rerank(self, *args):
             raise RuntimeError("reranker out of memory")
 
-    with pytest.raises(RolloutFailed, match=r"3 rollout batches failed in a row .* rerank .*reranker out of memory"):
+    with pytest.raises(RolloutFailed, match=r"rollouts failed 3 times in a row .* rerank .*reranker out of memory"):
         train(tiny_config(tmp_path), InlinePools(BrokenReranker(pipeline)), CountingLearner(), progress=False)
 
 

@@ -4,6 +4,7 @@ Each rollout batch has a number (1, 2, ... over the run); the ledger keeps the s
 number started so far, in exactly one of
 
     in_flight -> buffered -> trained | dropped_stale      (or in_flight -> failed)
+    failed -> in_flight (a failed batch rolled out once more, same questions and seeds)
     any of them -> abandoned (a learner restore or a resume threw that attempt away)
 
 An abandoned number is rolled out again (same questions, same seeds) when the run reaches it
@@ -32,6 +33,8 @@ class LedgerUnbalanced(RuntimeError):
 class RolloutLedger:
     sink_of: dict[int, str] = field(default_factory=dict)
     """Rollout number -> the sink its latest attempt is in."""
+    failed_attempts: int = 0
+    """Rollout attempts that failed (a stage call failed for good), the ones rolled out again included."""
     abandoned_attempts: int = 0
     """Rollout attempts thrown away by restores (a number rolled out again counts once per abandoned attempt)."""
     steps_redone: int = 0
@@ -44,6 +47,10 @@ class RolloutLedger:
 
     def finished(self, number: int, failed: bool) -> None:
         self._move(number, ("in_flight",), "failed" if failed else "buffered")
+        self.failed_attempts += failed
+
+    def retried(self, number: int) -> None:
+        self._move(number, ("failed",), "in_flight")
 
     def trained_on(self, number: int) -> None:
         self._move(number, ("buffered",), "trained")
@@ -90,12 +97,13 @@ class RolloutLedger:
         """Rollouts per sink, and the restore history (what a step's record and the run's summary show)."""
         counts = Counter(self.sink_of.values())
         return {**{sink: counts[sink] for sink in SINKS}, "started": len(self.sink_of),
-                "abandoned_attempts": self.abandoned_attempts, "steps_redone": self.steps_redone,
-                "restores": dict(self.restores)}
+                "failed_attempts": self.failed_attempts, "abandoned_attempts": self.abandoned_attempts,
+                "steps_redone": self.steps_redone, "restores": dict(self.restores)}
 
     def state(self) -> dict:
         """What a checkpoint keeps (`RolloutLedger(**state)` rebuilds it)."""
-        return {"sink_of": dict(self.sink_of), "abandoned_attempts": self.abandoned_attempts,
+        return {"sink_of": dict(self.sink_of), "failed_attempts": self.failed_attempts,
+                "abandoned_attempts": self.abandoned_attempts,
                 "steps_redone": self.steps_redone, "restores": dict(self.restores)}
 
     def _move(self, number: int, allowed: tuple, sink: str) -> None:

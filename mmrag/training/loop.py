@@ -88,7 +88,7 @@ class TrainingRun:
         ledger = self.ledger.as_dict()
         restores = sum(n for cause, n in ledger["restores"].items() if cause != "resume")
         return {**pools.fault_counts(), "learner_restore": restores, "stale_batch_dropped": ledger["dropped_stale"],
-                "failed_batch": ledger["failed"]}
+                "failed_batch": ledger["failed_attempts"]}
 
     def faults_since_last_record(self, pools: StagePools) -> dict[str, int]:
         """Faults by kind since the previous call (a rollback re-labels the stale batches it redoes abandoned:

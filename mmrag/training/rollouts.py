@@ -79,13 +79,22 @@ class Rollouts:
             batch = self.queue[0]
             while batch.finished is None:
                 self._pump()
-            self.queue.popleft()
-            del self.cursor_before[batch.number]
             if batch.failed:
                 self.failed_in_a_row += 1
                 if self.failed_in_a_row >= self.cfg.pools.max_failed_batches:
-                    raise RolloutFailed(f"{self.failed_in_a_row} rollout batches failed in a row "
+                    raise RolloutFailed(f"rollouts failed {self.failed_in_a_row} times in a row "
                                         f"(pools.max_failed_batches); the last: {batch.error}")
+                if not batch.second_attempt:  # a fault (a node lost with the calls' inputs) is seldom hit twice
+                    log.warning("rollouts failed_batch: rollout %d failed (%s); rolled out again with the same "
+                                "questions and seeds", batch.number, batch.error)
+                    self.ledger.retried(batch.number)
+                    self.queue[0] = self.stream.start(batch.questions, batch.number, second_attempt=True)
+                    continue
+                log.warning("rollouts failed_batch: rollout %d failed again (%s); its questions are skipped",
+                            batch.number, batch.error)
+            self.queue.popleft()
+            del self.cursor_before[batch.number]
+            if batch.failed:
                 continue
             self.failed_in_a_row = 0
             roots = assemble_trees(batch)

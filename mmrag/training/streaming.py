@@ -149,6 +149,8 @@ class RolloutBatch:
     """Why the batch failed (a stage call failed for good), or None."""
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
+    second_attempt: bool = False
+    """Whether this rolls the batch out again after it failed once (`Rollouts.next_experience`)."""
 
     @property
     def done(self) -> bool:
@@ -177,9 +179,9 @@ class RolloutStream:
         self.sync_differences: dict[str, float] = {}
         """The largest weight-sync probe difference per figure since the last `take_sync_differences`."""
 
-    def start(self, questions: list[Question], number: int) -> RolloutBatch:
+    def start(self, questions: list[Question], number: int, second_attempt: bool = False) -> RolloutBatch:
         """Begin rolling out `questions` as rollout batch `number` (its sampling seeds derive from it)."""
-        batch = RolloutBatch(number, self.seed, questions)
+        batch = RolloutBatch(number, self.seed, questions, second_attempt=second_attempt)
         for index, start in enumerate(range(0, len(questions), self.micro_batch_size)):
             part = questions[start:start + self.micro_batch_size]
             batch.micro_batches.append(MicroBatch(batch, index, part, self.pools.share(QuestionTable.of(part))))
