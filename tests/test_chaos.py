@@ -183,7 +183,7 @@ def test_killed_serving_replicas_are_replaced_by_their_standbys_and_a_rank_kille
         first_roles = ([1 - standby[name]], [standby[name]])
         assert roles == (first_roles[::-1] if name in killed_pools else first_roles), f"{name}: {roles}"
     assert_finished_and_balanced(tmp_path, summary)
-    assert summary["ledger"]["failed"] == 0, "every lost call was re-sent, to the standby"
+    assert summary["ledger"]["failed_attempts"] == 0, "every lost call was re-sent, to the standby"
     assert summary["ledger"]["steps_redone"] == 1
     assert summary["ledger"]["abandoned_attempts"] == 2, "rollouts 3 (trained) and 4 (in the failed update)"
     assert summary["ledger"]["restores"]["rank_lost"] == 1
@@ -230,7 +230,7 @@ def test_at_lag_2_a_generator_hung_past_its_deadline_is_killed_and_its_call_rese
         learner.shutdown()
         pools.shutdown()
     assert_finished_and_balanced(tmp_path, summary)
-    assert summary["ledger"]["failed"] == 0, "the hung call was re-sent, not failed"
+    assert summary["ledger"]["failed_attempts"] == 0, "the hung call was re-sent, not failed"
 
 
 @pytest.mark.slow

@@ -44,5 +44,6 @@ def test_a_distributed_driver_killed_mid_run_is_finished_by_the_same_command_run
     assert records[-1]["step"] == STEPS
     assert {r["step"] for r in records} == set(range(1, STEPS + 1))
     ledger = records[-1]["ledger"]
-    assert ledger["trained"] == STEPS and ledger["failed"] == 0, "a synchronous run trains one rollout per step"
+    assert ledger["trained"] == STEPS and ledger["failed_attempts"] == 0, \
+        "a synchronous run trains one rollout per step"
     assert latest.read_text().strip() == f"step_{STEPS:06d}"

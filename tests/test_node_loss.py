@@ -124,7 +124,7 @@ def test_a_run_that_loses_the_stage_node_then_rank_0s_node_ends_as_the_uninterru
     result = json.loads(lines[-1].removeprefix("RESULT "))
     assert result["lost"] == ["stage_node", "learner_rank_0"], result
     ledger = result["ledger"]
-    assert ledger["failed"] == 0, f"a batch failed for want of weights or a lost replica: {ledger}"
+    assert ledger["failed_attempts"] == 0, f"a batch failed for want of weights or a lost replica: {ledger}"
     assert ledger["restores"]["rank_lost"] == 1, "update 4 found rank 0 gone: one restore, from step 2"
     assert result["trained_rollouts"] == list(range(1, STEPS + 1)) and ledger["trained"] == STEPS, result
     lossy, uninterrupted = (step_records(d) for d in (run_dir, distributed_sync_run))
