@@ -238,12 +238,15 @@ class ReplicaPool:
     def unfit(self, replica: int, call_sent: float, error: ReplicaUnfit) -> None:
         """`replica` raised `error` on a call sent at `call_sent`: it leaves the pool as a dead one does, killed so
         that Ray starts a fresh process in its place."""
-        # Killed first, so that checks sent next wait for the restart; `ray.kill` returns before the process ends, so
-        # one may still reach the old process, whose next call then fails as a death.
-        ray.kill(self.actors[replica], no_restart=False)
+        self._kill(replica)  # first, so that checks sent next wait for the restart
         self.faults.record("unfit", f"replica {replica} leaves the pool: {error}; Ray starts a fresh process in its "
                                     "place")
         self.lost(replica, call_sent, cause="unfit")
+
+    def _kill(self, replica: int) -> None:
+        """Kill `replica`'s process for Ray to restart. `ray.kill` returns before the process ends, so a call sent
+        at once may still reach the old process, whose next call then fails as a death."""
+        ray.kill(self.actors[replica], no_restart=False)
 
     def _take_out(self, replica: int) -> None:
         """Out of the pool until its readiness check answers (it joins as a standby if the pool serves in full)."""
@@ -269,9 +272,7 @@ class ReplicaPool:
         self.timeouts_in_a_row[replica] += 1
         misses = self.timeouts_in_a_row[replica]
         self._avoid(replica, SUSPECT_SECONDS * 2 ** (misses - 1))
-        # Killed first, so that checks sent next wait for the restart; `ray.kill` returns before the process ends, so
-        # one may still reach the old process, whose next call then fails as a death.
-        ray.kill(self.actors[replica], no_restart=False)
+        self._kill(replica)  # first, so that checks sent next wait for the restart
         waited = "" if call_sent is None else f" {time.monotonic() - call_sent:.1f} s after its call was sent"
         self.faults.record("kill", f"replica {replica} killed as hung (no answer{waited}; {misses} timeouts in a row); "
                                    "Ray restarts it")

@@ -80,22 +80,9 @@ class Rollouts:
             while batch.finished is None:
                 self._pump()
             if batch.failed:
-                self.failed_in_a_row += 1
-                if self.failed_in_a_row >= self.cfg.pools.max_failed_batches:
-                    raise RolloutFailed(f"rollouts failed {self.failed_in_a_row} times in a row "
-                                        f"(pools.max_failed_batches); the last: {batch.error}")
-                if not batch.second_attempt:  # a fault (a node lost with the calls' inputs) is seldom hit twice
-                    log.warning("rollouts failed_batch: rollout %d failed (%s); rolled out again with the same "
-                                "questions and seeds", batch.number, batch.error)
-                    self.ledger.retried(batch.number)
-                    self.queue[0] = self.stream.start(batch.questions, batch.number, second_attempt=True)
-                    continue
-                log.warning("rollouts failed_batch: rollout %d failed again (%s); its questions are skipped",
-                            batch.number, batch.error)
-            self.queue.popleft()
-            del self.cursor_before[batch.number]
-            if batch.failed:
+                self._retry_or_skip(batch)
                 continue
+            self._hand_over_oldest()
             self.failed_in_a_row = 0
             roots = assemble_trees(batch)
             versions = {level: min(n.policy_version for root in roots for n in nodes_at(root, level))
@@ -111,6 +98,28 @@ class Rollouts:
             score_trees(roots, self.cfg, self.shuffle_rng)
             self.ledger.trained_on(batch.number)
             return experience
+
+    def _retry_or_skip(self, batch: RolloutBatch) -> None:
+        """The oldest batch failed: roll it out once more (a fault, e.g. a node lost with its calls' inputs, is
+        seldom hit twice), or, on its second attempt, skip its questions; raises `RolloutFailed` when too many
+        attempts failed in a row (a stage that cannot work)."""
+        self.failed_in_a_row += 1
+        if self.failed_in_a_row >= self.cfg.pools.max_failed_batches:
+            raise RolloutFailed(f"rollouts failed {self.failed_in_a_row} times in a row "
+                                f"(pools.max_failed_batches); the last: {batch.error}")
+        if batch.second_attempt:
+            log.warning("rollouts failed_batch: rollout %d failed again (%s); its questions are skipped",
+                        batch.number, batch.error)
+            self._hand_over_oldest()
+            return
+        log.warning("rollouts failed_batch: rollout %d failed (%s); rolled out again with the same questions and "
+                    "seeds", batch.number, batch.error)
+        self.ledger.retried(batch.number)
+        self.queue[0] = self.stream.start(batch.questions, batch.number, second_attempt=True)
+
+    def _hand_over_oldest(self) -> None:
+        """Take the oldest batch off the queue (it is no longer the rollback point)."""
+        del self.cursor_before[self.queue.popleft().number]
 
     def overlap(self, pending: PendingUpdate, steps_after: int) -> None:
         """Keep rolling out (within the lag bound, and no more than the `steps_after` this one need) until the
